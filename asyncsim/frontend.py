@@ -1,0 +1,310 @@
+"""The `nd` surface that workloads are written against, shared by both halves.
+
+A workload is a plain function `workload(nd, **params)`. `ND` gives it MXNet's `nd` names
+(creation, arithmetic, `dot`, blockers, contexts, `benchmark`) and `NDArray` its operators.
+Every call checks its inputs here, at the call (shapes and dtypes through `asyncsim.ops`, devices
+through the backend), builds one `Op` record and hands it to a *backend*:
+
+- `asyncsim.record.Recorder` appends it to a `Program` (no data);
+- `realexec.frontend.EngineBackend` pushes it to the real engine.
+
+A backend implements `issue(op, out_var, host)`, `sync(kind, var)`, `free(var)`,
+`mark(label, begin)` and `check_device(device)`. Frees follow CPython reference counting: when
+the last Python handle to an array goes, `NDArray.__del__` tells the backend, in program order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from asyncsim import ops
+from asyncsim.program import Op, Var
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    device_type: str  # "cpu" or "gpu"
+    device_id: int = 0
+
+    @property
+    def device(self) -> str:
+        """Memory-pool name: every cpu(i) shares host memory, as in MXNet."""
+        return "cpu" if self.device_type == "cpu" else f"gpu{self.device_id}"
+
+    def __str__(self) -> str:
+        return f"{self.device_type}({self.device_id})"
+
+
+CPU = Context("cpu", 0)
+
+
+class NDArray:
+    """A handle to one var: shape, dtype and context are known at once; values only on a blocker."""
+
+    __slots__ = ("nd", "var", "shape", "dtype", "ctx", "__weakref__")
+
+    def __init__(self, nd: ND, var: int, shape: tuple[int, ...], dtype: str, ctx: Context):
+        self.nd, self.var, self.shape, self.dtype, self.ctx = nd, var, shape, dtype, ctx
+
+    def __del__(self):
+        with contextlib.suppress(Exception):  # interpreter shutdown may have torn things down
+            self.nd._backend.free(self.var)
+
+    # -- properties --------------------------------------------------------------------------
+    @property
+    def context(self) -> Context:
+        return self.ctx
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    # -- arithmetic ----------------------------------------------------------------------------
+    def _binary(self, other, name, scalar_name, out=None):
+        if isinstance(other, NDArray):
+            return self.nd._op(name, (self, other), {}, out=out)
+        if isinstance(other, int | float | np.number):
+            return self.nd._op(scalar_name, (self,), {"scalar": float(other)}, out=out)
+        return NotImplemented
+
+    def __add__(self, o):
+        return self._binary(o, "add", "add_scalar")
+
+    def __radd__(self, o):
+        return self._binary(o, "add", "add_scalar")
+
+    def __sub__(self, o):
+        return self._binary(o, "sub", "sub_scalar")
+
+    def __rsub__(self, o):
+        return self._binary(o, "sub", "rsub_scalar")
+
+    def __mul__(self, o):
+        return self._binary(o, "mul", "mul_scalar")
+
+    def __rmul__(self, o):
+        return self._binary(o, "mul", "mul_scalar")
+
+    def __truediv__(self, o):
+        return self._binary(o, "div", "div_scalar")
+
+    def __rtruediv__(self, o):
+        return self._binary(o, "div", "rdiv_scalar")
+
+    def __neg__(self):
+        return self.nd._op("mul_scalar", (self,), {"scalar": -1.0})
+
+    def __iadd__(self, o):
+        return self._binary(o, "add", "add_scalar", out=self)
+
+    def __isub__(self, o):
+        return self._binary(o, "sub", "sub_scalar", out=self)
+
+    def __imul__(self, o):
+        return self._binary(o, "mul", "mul_scalar", out=self)
+
+    def __itruediv__(self, o):
+        return self._binary(o, "div", "div_scalar", out=self)
+
+    def sum(self):
+        return self.nd._op("sum", (self,), {})
+
+    def mean(self):
+        return self.nd._op("mean", (self,), {})
+
+    def norm(self):
+        return self.nd._op("norm", (self,), {})
+
+    def relu(self):
+        return self.nd._op("relu", (self,), {})
+
+    # -- first-axis indexing -------------------------------------------------------------------
+    def _rows(self, key) -> dict:
+        if not self.shape:
+            raise IndexError(f"cannot index a 0-d array of shape {self.shape}")
+        n = self.shape[0]
+        if isinstance(key, int | np.integer):
+            i = int(key) + (n if key < 0 else 0)
+            if not 0 <= i < n:
+                raise IndexError(f"index {key} is out of range for axis 0 of shape {self.shape}")
+            return {"start": i, "stop": i + 1, "squeeze": True}
+        if isinstance(key, slice) and key.step in (None, 1):
+            start, stop, _ = key.indices(n)
+            return {"start": start, "stop": max(start, stop), "squeeze": False}
+        raise IndexError(f"only integers and step-1 slices of the first axis are supported, "
+                         f"got {key!r} for shape {self.shape}")
+
+    def __getitem__(self, key):
+        return self.nd._op("slice", (self,), self._rows(key))
+
+    def __setitem__(self, key, value):
+        rows = self._rows(key)
+        if isinstance(value, NDArray):
+            self.nd._op("setitem", (self, value), rows, out=self)
+        elif isinstance(value, int | float | np.number):
+            self.nd._op("setitem_scalar", (self,), {**rows, "scalar": float(value)}, out=self)
+        else:
+            raise TypeError(f"setitem: cannot assign a {type(value).__name__} into an NDArray")
+
+    # -- devices -------------------------------------------------------------------------------
+    def copyto(self, ctx: Context) -> NDArray:
+        self.nd._check_ctx(ctx)
+        return self.nd._op("copyto", (self,), {"src": self.ctx.device, "dst": ctx.device},
+                           ctx=ctx)
+
+    def as_in_context(self, ctx: Context) -> NDArray:
+        return self if ctx.device == self.ctx.device else self.copyto(ctx)
+
+    def copy(self) -> NDArray:
+        return self.nd._op("copy", (self,), {})
+
+    # -- blockers ------------------------------------------------------------------------------
+    def wait_to_read(self) -> None:
+        self.nd._backend.sync("wait_to_read", self.var)
+
+    def asnumpy(self) -> np.ndarray:
+        return self.nd._backend.sync("asnumpy", self.var)
+
+    def item(self) -> float:
+        if self.size != 1:
+            raise ValueError(f"item: needs an array of one element, got shape {self.shape}")
+        return float(np.asarray(self.nd._backend.sync("item", self.var)).reshape(-1)[0])
+
+    asscalar = item
+
+    def __float__(self) -> float:
+        return self.item()
+
+    def __repr__(self) -> str:
+        values = self.nd._backend.sync("print", self.var)
+        return f"\n{values}\n<NDArray {'x'.join(map(str, self.shape))} @{self.ctx}>"
+
+    __str__ = __repr__
+
+
+class _Random:
+    def __init__(self, nd: ND):
+        self._nd = nd
+
+    def uniform(self, low=0.0, high=1.0, shape=(1,), ctx=None, dtype="float32"):
+        return self._nd._create("uniform", shape, ctx, dtype, low=float(low), high=float(high))
+
+    def normal(self, loc=0.0, scale=1.0, shape=(1,), ctx=None, dtype="float32"):
+        return self._nd._create("normal", shape, ctx, dtype, loc=float(loc), scale=float(scale))
+
+
+class ND:
+    """MXNet's `nd` namespace over a backend: what a workload function receives."""
+
+    NDArray = NDArray
+
+    def __init__(self, backend, seed: int = 0):
+        self._backend = backend
+        self._var_ids = itertools.count()
+        self._op_ids = itertools.count()
+        self._seed = seed
+        self.random = _Random(self)
+
+    # -- contexts ------------------------------------------------------------------------------
+    def cpu(self, i: int = 0) -> Context:
+        return Context("cpu", i)
+
+    def gpu(self, i: int = 0) -> Context:
+        ctx = Context("gpu", i)
+        self._check_ctx(ctx)
+        return ctx
+
+    def _check_ctx(self, ctx) -> None:
+        if not isinstance(ctx, Context):
+            raise TypeError(f"expected a context such as nd.cpu() or nd.gpu(0), got {ctx!r}")
+        self._backend.check_device(ctx.device)
+
+    # -- creation ------------------------------------------------------------------------------
+    def _create(self, name, shape, ctx, dtype, **attrs):
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        return self._op(name, (), {"shape": shape, "dtype": str(np.dtype(dtype)), **attrs},
+                        ctx=ctx or CPU)
+
+    def ones(self, shape, ctx=None, dtype="float32"):
+        return self._create("ones", shape, ctx, dtype)
+
+    def zeros(self, shape, ctx=None, dtype="float32"):
+        return self._create("zeros", shape, ctx, dtype)
+
+    def full(self, shape, val, ctx=None, dtype="float32"):
+        return self._create("full", shape, ctx, dtype, value=float(val))
+
+    def array(self, source, ctx=None, dtype="float32"):
+        host = np.ascontiguousarray(source, dtype=ops.check_dtype("array", np.dtype(dtype).name))
+        return self._op("array", (), {"shape": host.shape, "dtype": str(host.dtype)},
+                        ctx=ctx or CPU, host=host)
+
+    # -- functions -----------------------------------------------------------------------------
+    def dot(self, a: NDArray, b: NDArray) -> NDArray:
+        return self._op("dot", (a, b), {})
+
+    def relu(self, a: NDArray) -> NDArray:
+        return self._op("relu", (a,), {})
+
+    def waitall(self) -> None:
+        self._backend.sync("waitall", None)
+
+    @contextlib.contextmanager
+    def benchmark(self, label: str = "Done", sync: bool = False):
+        """Time a region from entering the block to leaving it, in the run's own clock.
+
+        Like d2l's `Benchmark`, the region ends when the frontend leaves the block: the chapters'
+        workloads end their regions with an explicit `nd.waitall()`, and the ones that leave it
+        out show that ops were only queued. `sync=True` appends a `waitall` so the region also
+        covers every op issued before it ends."""
+        self._backend.mark(label, True)
+        try:
+            yield
+            if sync:
+                self.waitall()
+        finally:
+            self._backend.mark(label, False)
+
+    # -- the one place an op is built ----------------------------------------------------------
+    def _op(self, name, inputs, attrs, ctx=None, out=None, host=None) -> NDArray:
+        for a in inputs:
+            if not isinstance(a, NDArray) or a.nd is not self:
+                raise TypeError(f"{name}: inputs must be NDArrays of this nd, got {a!r:.60}")
+        if inputs:
+            if name != "copyto" and len({a.ctx.device for a in inputs}) > 1:
+                devs = ", ".join(str(a.ctx) for a in inputs)
+                raise ValueError(f"{name}: inputs are on different devices ({devs}); "
+                                 f"move them with .copyto(ctx) first")
+            ctx = ctx or inputs[0].ctx
+        else:
+            self._check_ctx(ctx)
+        shapes = tuple(a.shape for a in inputs)
+        shape, dtype = ops.infer(name, shapes, tuple(a.dtype for a in inputs), attrs)
+        op_id = next(self._op_ids)
+        if name in ("uniform", "normal"):
+            attrs["seed"] = self._seed * 1_000_003 + op_id
+        if out is not None:
+            if shape != out.shape:
+                raise ops.ShapeError(f"{name}: result of shape {shape} cannot be written in "
+                                     f"place into shape {out.shape}")
+            if not any(a is out for a in inputs):
+                inputs = (out, *inputs)
+        var = out.var if out is not None else next(self._var_ids)
+        nbytes = ops.nbytes(shape, dtype)
+        op = Op(op_id, name, tuple(a.var for a in inputs), var, out is None,
+                ctx.device, attrs, ops.flops(name, shapes, shape),
+                nbytes + sum(ops.nbytes(a.shape, a.dtype) for a in inputs))
+        new = Var(var, shape, dtype, ctx.device, nbytes) if out is None else None
+        self._backend.issue(op, new, host)
+        return out if out is not None else NDArray(self, var, shape, dtype, ctx)

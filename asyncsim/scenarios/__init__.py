@@ -1,0 +1,52 @@
+"""The chapters' experiments and exercises as workloads, in one registry.
+
+`SCENARIOS` maps a name to a `Scenario` (see `base.py`): the workload function, its book-sized
+and quick parameters, the regions it declares, the devices it needs and the numbers the chapter
+printed. `get(name)` looks one up. Modules group the workloads by chapter:
+
+- `async_compute`: 12.2 / 8.2 (warm-up, dependencies, blockers, the sync-vs-async loop, ex. 4)
+- `memory`: 12.2.4 / 8.2.4 (memory with and without a per-batch blocker, ex. 2 and ex. 3)
+- `auto_parallel`: 8.3 (CPU and GPU together, compute and copy overlapped, its exercises)
+- `pytorch_async`: the PyTorch edition's page (GPU warm-up, dependency, 10000-step loop)
+- `compute_perf`: 8.1 (imperative MLP) and 8.4 (allreduce, split_and_load)
+
+Usage: `asyncsim.record(get('sync_vs_async').workload, **get('sync_vs_async').quick)`, or
+`get(name).record(quick=True)`.
+"""
+
+from __future__ import annotations
+
+from asyncsim.scenarios import async_compute, auto_parallel, compute_perf, memory, pytorch_async
+from asyncsim.scenarios.base import DEVICES, Scenario, UnknownScenarioError
+
+__all__ = ["DEVICES", "SCENARIOS", "Scenario", "UnknownScenarioError", "get", "names"]
+
+
+def _collect() -> dict[str, Scenario]:
+    table: dict[str, Scenario] = {}
+    for module in (async_compute, memory, auto_parallel, pytorch_async, compute_perf):
+        for scenario in module.SCENARIOS:
+            if scenario.name in table:
+                raise ValueError(f"scenario {scenario.name!r} is registered twice")
+            table[scenario.name] = scenario
+    return table
+
+
+SCENARIOS: dict[str, Scenario] = _collect()
+
+
+def names(devices: str | None = None) -> list[str]:
+    """Registered names in chapter order; with `devices`, only those runnable on that set."""
+    if devices is None:
+        return list(SCENARIOS)
+    have = DEVICES.index(devices)
+    return [n for n, s in SCENARIOS.items() if DEVICES.index(s.devices) <= have]
+
+
+def get(name: str) -> Scenario:
+    """The scenario called `name`, or an UnknownScenarioError that lists every name."""
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise UnknownScenarioError(
+            f"unknown scenario {name!r}; known scenarios: {', '.join(SCENARIOS)}") from None
