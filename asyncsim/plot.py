@@ -26,7 +26,8 @@ from matplotlib.patches import Patch
 
 from asyncsim.trace import KINDS, Trace
 
-__all__ = ["KIND_COLORS", "memory", "new_figure", "save", "side_by_side", "timeline"]
+__all__ = ["KIND_COLORS", "dependency_graph", "memory", "new_figure", "save", "side_by_side",
+           "timeline"]
 
 KIND_COLORS = {"issue": "#4C72B0", "exec": "#DD8452", "copy": "#55A868", "wait": "#A9A9A9"}
 REGION_COLORS = ("#8172B3", "#64B5CD", "#CCB974", "#DA8BC3", "#937860", "#8C8C8C")
@@ -212,3 +213,55 @@ def save(fig: Figure, path_without_suffix: str | Path) -> list[Path]:
     fig.savefig(paths[0], dpi=150)
     fig.savefig(paths[1])
     return paths
+
+
+def dependency_edges(program) -> list[tuple[int, int, str]]:
+    """(earlier op, later op, hazard) for every ordering the per-var rules impose."""
+    from asyncsim.program import Op
+
+    last_write: dict[int, int] = {}
+    readers: dict[int, list[int]] = {}
+    edges = []
+    for op in (i for i in program.instrs if isinstance(i, Op)):
+        for var in op.reads:
+            if var in last_write and last_write[var] != op.id:
+                edges.append((last_write[var], op.id, "RAW"))
+        for var in op.writes:
+            for r in readers.get(var, []):
+                if r != op.id:
+                    edges.append((r, op.id, "WAR"))
+            if var in last_write and not readers.get(var) and var not in op.reads:
+                edges.append((last_write[var], op.id, "WAW"))
+            last_write[var] = op.id
+            readers[var] = []
+        for var in op.reads:
+            if var not in op.writes:
+                readers.setdefault(var, []).append(op.id)
+    return edges
+
+
+def dependency_graph(program, ax=None) -> Figure:
+    """The program's ops as a graph (Fig. 12.2.2 of the chapter), laid out by dependency depth."""
+    import networkx as nx
+
+    from asyncsim.program import Op
+
+    fig, ax = (new_figure(6, 3.5), None) if ax is None else (ax.figure, ax)
+    ax = ax or fig.add_subplot()
+    graph = nx.DiGraph()
+    for op in (i for i in program.instrs if isinstance(i, Op)):
+        extra = f" {op.attrs['scalar']:g}" if "scalar" in op.attrs else ""
+        graph.add_node(op.id, label=f"{op.name}{extra}\n-> v{op.out}")
+    for a, b, hazard in dependency_edges(program):
+        graph.add_edge(a, b, hazard=hazard)
+    for depth, layer in enumerate(nx.topological_generations(graph)):
+        for node in layer:
+            graph.nodes[node]["depth"] = depth
+    pos = nx.multipartite_layout(graph, subset_key="depth")
+    nx.draw_networkx(graph, pos, ax=ax, labels=nx.get_node_attributes(graph, "label"),
+                     node_color="#DD8452", node_size=2200, font_size=8, arrowsize=15)
+    nx.draw_networkx_edge_labels(graph, pos, ax=ax, font_size=7,
+                                 edge_labels=nx.get_edge_attributes(graph, "hazard"))
+    ax.set_title(f"dependencies of {program.name}: ops left to right by depth")
+    ax.set_axis_off()
+    return fig

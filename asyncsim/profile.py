@@ -1,0 +1,308 @@
+"""Profile: what each step of a program costs on one machine -- the contract between calibration
+(`realexec.calibrate`, or the chapters' own tables) and simulation (`asyncsim.simulate`).
+
+A Profile says
+- `t1`: the frontend's cost to issue one op (seconds), unless a "frontend:" cost below overrides it
+  for that op or group; `t3`: what a blocker costs the frontend to return once its wait is over;
+- `workers` CPU worker lanes (MXNet's MXNET_CPU_WORKER_NTHREADS), `cores`, `gpus` (each GPU has a
+  compute stream and a copy engine lane);
+- `costs`: `Cost`s keyed "DEVICE:NAME" where DEVICE is "cpu", "gpu" or "frontend" and NAME is an op
+  name from `asyncsim.ops`, an op group (create, elementwise, reduce, dot, copy) or "*" (a fallback,
+  not for "frontend", whose fallback is t1). An op is priced by name, then group, then "*";
+- `links`: the copy cost of `copyto` between devices, keyed "cpu->gpu", "gpu->cpu", "gpu->gpu";
+- `free`: frontend seconds to drop a buffer's last handle; `meta`: where the numbers came from.
+
+A Cost is `latency + nbytes / bandwidth + flops / peak` seconds, with nbytes the op's bytes read
+plus written (for a link: the bytes copied, half of that) and flops from `asyncsim.ops`. Units:
+seconds, bytes, bytes per second, flops per second. JSON files hold the same fields; `load`
+rejects an unknown key, a negative cost or a non-number with one line naming it and what is
+accepted.
+
+The built-in presets: "ideal" (every op costs exactly t2 on any lane, the book's t1/t2/t3 model),
+"book" and "book-zh" (from the chapters' reported times; see `asyncsim.book`).
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from asyncsim.ops import OPS
+
+DEVICE_KINDS = ("cpu", "gpu", "frontend")
+GROUPS = tuple(sorted({d.group for d in OPS.values()}))
+LINKS = ("cpu->gpu", "gpu->cpu", "gpu->gpu")
+COST_FIELDS = ("latency", "bandwidth", "peak")
+_SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int, "gpus": int,
+            "free": float}
+_MINIMUM = {"workers": 1, "cores": 1, "gpus": 0}
+
+
+class ProfileError(ValueError):
+    """A profile value or key that cannot be used; the message is one line."""
+
+
+@dataclass
+class Cost:
+    """Seconds to run one op: latency + nbytes / bandwidth + flops / peak."""
+
+    latency: float = 0.0
+    bandwidth: float = math.inf
+    peak: float = math.inf
+
+    def time(self, nbytes: float, flops: float) -> float:
+        return self.latency + nbytes / self.bandwidth + flops / self.peak
+
+
+def device_kind(device: str) -> str:
+    """"cpu" for "cpu", "gpu" for "gpu0", "gpu1", ..."""
+    return "cpu" if device == "cpu" else "gpu"
+
+
+def is_link_copy(op) -> bool:
+    """A `copyto` that crosses devices: it runs on a copy engine and is priced by `links`."""
+    return op.name == "copyto" and op.attrs.get("src", op.device) != op.attrs.get("dst", op.device)
+
+
+@dataclass
+class Profile:
+    name: str
+    t1: float
+    t3: float
+    workers: int = 1
+    cores: int = 2
+    gpus: int = 0
+    costs: dict[str, Cost] = field(default_factory=dict)
+    links: dict[str, Cost] = field(default_factory=dict)
+    free: float = 0.0
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        _check(self)
+
+    # -- pricing ---------------------------------------------------------------------------
+    def rule(self, op) -> tuple[str, Cost]:
+        """The key that prices `op` on its lane and its Cost (a link for cross-device copies)."""
+        if is_link_copy(op):
+            key = f"{device_kind(op.attrs['src'])}->{device_kind(op.attrs['dst'])}"
+            if key not in self.links:
+                raise ProfileError(f"profile {self.name!r} has no link {key!r} for {op.name} "
+                                   f"(it has: {', '.join(self.links) or 'none'})")
+            return key, self.links[key]
+        kind = device_kind(op.device)
+        for key in (f"{kind}:{op.name}", f"{kind}:{OPS[op.name].group}", f"{kind}:*"):
+            if key in self.costs:
+                return key, self.costs[key]
+        raise ProfileError(f"profile {self.name!r} has no cost for {op.name} on {kind} "
+                           f"(add {kind}:{op.name}, {kind}:{OPS[op.name].group} or {kind}:*)")
+
+    def cost(self, op) -> float:
+        """Seconds `op` holds its lane."""
+        key, cost = self.rule(op)
+        if "->" in key:  # op.nbytes counts the array twice (read and written); a link moves it once
+            return cost.time(op.nbytes / 2, 0.0)
+        return cost.time(op.nbytes, op.flops)
+
+    def issue_rule(self, op) -> Cost | None:
+        """The "frontend:" Cost that prices issuing `op`, or None when t1 does."""
+        for key in (f"frontend:{op.name}", f"frontend:{OPS[op.name].group}"):
+            if key in self.costs:
+                return self.costs[key]
+        return None
+
+    def issue(self, op) -> float:
+        """Seconds the frontend spends issuing `op`: a "frontend:" cost if one matches, else t1."""
+        cost = self.issue_rule(op)
+        return self.t1 if cost is None else cost.time(op.nbytes, op.flops)
+
+    # -- variants --------------------------------------------------------------------------
+    def replace(self, **kv) -> Profile:
+        """A copy with some values changed: t1=..., workers=..., or cost fields by dotted key,
+        e.g. replace(**{"cpu:add_scalar.latency": 1e-3, "gpu->cpu.bandwidth": 12e9}).
+        Values may be strings (from `--set key=value`)."""
+        doc = self.to_dict()
+        for key, value in kv.items():
+            value = value if key == "name" else _from_text(value)
+            if key in _SCALARS:
+                doc[key] = value
+                continue
+            table_key, dot, attr = key.rpartition(".")
+            if not dot:
+                raise ProfileError(f"unknown setting {key!r}: use one of {', '.join(_SCALARS)}, "
+                                   f"or DEVICE:NAME.FIELD / LINK.FIELD with FIELD one of "
+                                   f"{', '.join(COST_FIELDS)}")
+            table = "links" if "->" in table_key else "costs"
+            doc[table].setdefault(table_key, {})[attr] = value
+        return Profile.from_dict(doc, source=f"replace({', '.join(kv)})")
+
+    # -- presets ---------------------------------------------------------------------------
+    @classmethod
+    def ideal(cls, t1=10e-6, t2=1e-3, t3=20e-6, workers=1, gpus=1) -> Profile:
+        """Constant costs: issue t1, every op (and every copy) exactly t2 on any lane, return t3."""
+        each = Cost(latency=t2)
+        return cls(name="ideal", t1=t1, t3=t3, workers=workers, gpus=gpus,
+                   costs={"cpu:*": each, "gpu:*": _copy.copy(each)},
+                   links={k: _copy.copy(each) for k in LINKS},
+                   meta={"source": "constant costs", "t2": t2})
+
+    @classmethod
+    def book(cls) -> Profile:
+        """The chapters' own machines, from their reported times (derivations in asyncsim.book)."""
+        from asyncsim import book
+        return book.book()
+
+    @classmethod
+    def preset(cls, name: str) -> Profile:
+        """A built-in profile by name: 'ideal', 'book' or 'book-zh'."""
+        from asyncsim import book
+        presets = {"ideal": cls.ideal, "book": book.book, "book-zh": book.book_zh}
+        if name not in presets:
+            raise ProfileError(f"unknown profile preset {name!r}; presets: {', '.join(presets)} "
+                               f"(or a JSON file saved by Profile.save)")
+        return presets[name]()
+
+    # -- files -----------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        """Plain JSON-able values; a Cost field left at its default is omitted (no Infinity)."""
+        def plain(cost: Cost) -> dict:
+            return {k: v for k, v in asdict(cost).items() if v != getattr(Cost(), k)}
+        doc = {k: getattr(self, k) for k in _SCALARS}
+        doc["costs"] = {k: plain(c) for k, c in self.costs.items()}
+        doc["links"] = {k: plain(c) for k, c in self.links.items()}
+        doc["meta"] = _copy.deepcopy(self.meta)
+        return doc
+
+    @classmethod
+    def from_dict(cls, doc: dict, source: str = "profile") -> Profile:
+        """Build and validate; every problem is one ProfileError line that names the key."""
+        if not isinstance(doc, dict):
+            raise ProfileError(f"{source}: expected a JSON object, got {type(doc).__name__}")
+        accepted = [*_SCALARS, "costs", "links", "meta"]
+        for key in doc:
+            if key not in accepted:
+                raise ProfileError(f"{source}: unknown key {key!r}; "
+                                   f"accepted: {', '.join(accepted)}")
+        for key in ("name", "t1", "t3"):
+            if key not in doc:
+                raise ProfileError(f"{source}: missing key {key!r}")
+        values = {k: _scalar(k, doc[k], source) for k in _SCALARS if k in doc}
+        costs = {k: _cost(k, v, "costs", source) for k, v in _table(doc, "costs", source).items()}
+        links = {k: _cost(k, v, "links", source) for k, v in _table(doc, "links", source).items()}
+        meta = doc.get("meta", {})
+        if not isinstance(meta, dict):
+            raise ProfileError(f"{source}: meta must be an object, got {type(meta).__name__}")
+        return cls(**values, costs=costs, links=links, meta=meta)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Profile:
+        try:
+            doc = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as exc:
+            raise ProfileError(f"{path}: not valid JSON ({exc})") from None
+        return cls.from_dict(doc, source=str(path))
+
+
+def _from_text(value):
+    """`--set` gives strings: numbers become numbers, anything else stays (and fails checks)."""
+    if not isinstance(value, str):
+        return value
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
+# -- validation -------------------------------------------------------------------------------
+def _number(where: str, value, source: str, minimum: float = 0.0, strict: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise ProfileError(f"{source}: {where} = {value!r} is not a number "
+                           f"(give seconds, bytes/s or flops/s as a number)")
+    bad = value <= minimum if strict else value < minimum
+    if bad:
+        need = f"greater than {minimum:g}" if strict else f"at least {minimum:g}"
+        raise ProfileError(f"{source}: {where} = {value!r} must be {need}")
+    return float(value)
+
+
+def _scalar(key: str, value, source: str):
+    kind = _SCALARS[key]
+    if kind is str:
+        if not isinstance(value, str) or not value:
+            raise ProfileError(f"{source}: name = {value!r} must be a non-empty string")
+        return value
+    number = _number(key, value, source, minimum=_MINIMUM.get(key, 0.0))
+    if kind is int:
+        if number != int(number) or math.isinf(number):
+            raise ProfileError(f"{source}: {key} = {value!r} must be a whole number")
+        return int(number)
+    if math.isinf(number):
+        raise ProfileError(f"{source}: {key} = {value!r} must be finite")
+    return number
+
+
+def _table(doc: dict, name: str, source: str) -> dict:
+    table = doc.get(name, {})
+    if not isinstance(table, dict):
+        raise ProfileError(f"{source}: {name} must be an object of costs, "
+                           f"got {type(table).__name__}")
+    return table
+
+
+def check_key(key: str, table: str, source: str = "profile") -> None:
+    """A ProfileError unless `key` names something a Profile can price."""
+    if table == "links":
+        if key not in LINKS:
+            raise ProfileError(f"{source}: unknown link {key!r}; links: {', '.join(LINKS)}")
+        return
+    kind, colon, name = key.partition(":")
+    wildcard = name == "*" and kind != "frontend"
+    if not colon or kind not in DEVICE_KINDS or not (name in OPS or name in GROUPS or wildcard):
+        raise ProfileError(
+            f"{source}: unknown cost key {key!r}; use DEVICE:NAME with DEVICE one of "
+            f"{', '.join(DEVICE_KINDS)} and NAME an op ({', '.join(OPS)}), a group "
+            f"({', '.join(GROUPS)}) or * (not for frontend: its fallback is t1)")
+
+
+def _cost(key: str, value, table: str, source: str) -> Cost:
+    check_key(key, table, source)
+    if isinstance(value, Cost):
+        value = asdict(value)
+    if not isinstance(value, dict):
+        raise ProfileError(f"{source}: {table}[{key!r}] must be an object with "
+                           f"{', '.join(COST_FIELDS)}, got {value!r}")
+    for attr in value:
+        if attr not in COST_FIELDS:
+            raise ProfileError(f"{source}: unknown field {attr!r} in {table}[{key!r}]; "
+                               f"accepted: {', '.join(COST_FIELDS)}")
+    where = f"{table}[{key!r}]"
+    out = Cost()
+    if "latency" in value:
+        out.latency = _number(f"{where}.latency", value["latency"], source)
+        if math.isinf(out.latency):
+            raise ProfileError(f"{source}: {where}.latency must be finite")
+    for attr in ("bandwidth", "peak"):
+        if attr in value:
+            setattr(out, attr, _number(f"{where}.{attr}", value[attr], source, strict=True))
+    return out
+
+
+def _check(profile: Profile) -> None:
+    """Validate a Profile built directly (the same rules as a loaded file)."""
+    for key in _SCALARS:
+        _scalar(key, getattr(profile, key), "profile")
+    for table in ("costs", "links"):
+        entries = getattr(profile, table)
+        for key, cost in entries.items():
+            entries[key] = _cost(key, cost, table, "profile")
+
+
+__all__ = ["COST_FIELDS", "Cost", "LINKS", "Profile", "ProfileError", "check_key",
+           "device_kind", "is_link_copy"]
