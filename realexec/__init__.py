@@ -1,0 +1,11 @@
+"""realexec: a real asynchronous dependency engine behind the same `nd` surface as asyncsim.
+
+`run(workload, **params)` executes a workload on worker threads and returns its measured Trace;
+`session()` gives an `nd` for interactive use; `Engine` is the generic engine underneath;
+`OpError` is what a blocker raises when an op it depends on failed.
+"""
+
+from realexec.engine import Engine, OpError
+from realexec.frontend import run, session
+
+__all__ = ["Engine", "OpError", "run", "session"]

@@ -1,0 +1,216 @@
+"""The `nd` surface over the real engine: `realexec.run(workload)` and `realexec.session()`.
+
+`EngineBackend` is the backend that `asyncsim.frontend.ND` calls (the recording backend's
+twin, so every workload runs unchanged): `issue` reserves the output buffer from the device's
+`Pool` and pushes the op's kernel (`realexec.kernels.cpu.KERNELS[name](inputs, out, attrs)`) to
+the engine, reading the input vars and writing the output var; `free` pushes the buffer's release
+behind every op that still touches it (`Engine.delete_var`); `sync` is a blocker; `mark` times an
+`nd.benchmark` region.
+
+Recorded in the Trace (seconds from the engine's start, `time.perf_counter_ns`):
+- "issue" spans on "frontend": from entering `issue` (the shared frontend has already checked
+  shapes) to the end of the push; "exec" spans on "cpu/w{i}" from the engine;
+- "wait" spans on "frontend": from entering a blocker until the frontend runs again (t3 included);
+- memory: the pool's live bytes per device at every change, and the process RSS as device
+  "cpu:rss" at marks and blockers (at most once per millisecond at blockers, so it stays cheap);
+- marks: the `nd.benchmark` regions; meta: source="measured", workload, workers, mode, machine.
+
+Devices: arrays made without ctx are on the CPU; only "cpu" is available until the GPU lanes
+(realexec.kernels.gpu) are added; asking for a GPU fails at the call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import platform
+from time import perf_counter_ns
+
+import numpy as np
+
+from asyncsim.frontend import ND
+from asyncsim.record import check_params, check_workload
+from asyncsim.trace import Trace
+from realexec.engine import FRONTEND, Engine, default_workers
+from realexec.kernels import cpu
+from realexec.memory import Pool, RssProbe
+
+_RSS_EVERY_NS = 1_000_000
+_warm = False
+
+
+class EngineBackend:
+    """What `ND` calls: turns op records into engine pushes and blockers into engine waits."""
+
+    def __init__(self, engine: Engine, device: str = "cpu"):
+        self.engine = engine
+        self.device = device
+        self.pools = {"cpu": Pool("cpu")}
+        self.lane_of = {"cpu": "cpu"}  # device -> engine lane; GPUs add "gpuN/compute" here
+        self.kernels = cpu.KERNELS
+        self.vars: dict = {}  # frontend var id -> engine Var (its name is its device)
+        self.marks: list[tuple[str, int, int]] = []
+        self._open_marks: list[tuple[str, int]] = []
+        self._rss = RssProbe()
+        self._rss_samples: list[tuple[int, str, int]] = []
+        self._last_rss_ns = 0
+        self._sample_rss(perf_counter_ns(), force=True)
+
+    # -- the backend protocol ------------------------------------------------------------------
+    def check_device(self, device: str) -> None:
+        check_device(device, self.pools)
+
+    def issue(self, op, out_var, host) -> None:
+        if self.engine.max_inflight is not None:
+            self.engine.throttle(op.name, op.id)  # before reserving: the cap bounds memory too
+        t_issue = perf_counter_ns()
+        vars_ = self.vars
+        if out_var is not None:
+            buf = self.pools[out_var.device].acquire(out_var.shape, out_var.dtype)
+            out = self.engine.new_var(out_var.device, buf)
+            vars_[out_var.id] = out
+        else:
+            out = vars_[op.out]
+        reads = tuple([vars_[v] for v in op.reads])
+        inputs = (host,) if host is not None else tuple([v.data for v in reads])
+        self.engine.push(self.kernels[op.name], reads, (out,), self.lane_of[op.device], op.name,
+                         (inputs, out.data, op.attrs), op.id, t_issue)
+
+    def sync(self, kind: str, var: int | None):
+        start = perf_counter_ns()
+        try:
+            if var is None:
+                self.engine.wait_all()
+                return None
+            ev = self.vars[var]
+            self.engine.wait_for_var(ev)
+            if kind == "asnumpy":
+                return ev.data.copy()
+            return None if kind == "wait_to_read" else ev.data
+        finally:
+            end = perf_counter_ns()
+            self.engine.log.append((FRONTEND, "wait", kind, -1, start, end))
+            self._sample_rss(end)
+
+    def free(self, var: int) -> None:
+        ev = self.vars.pop(var, None)
+        if ev is not None:
+            self.engine.delete_var(ev, self.pools[ev.name].release, (ev.data,))
+
+    def mark(self, label: str, begin: bool) -> None:
+        now = perf_counter_ns()
+        if begin:
+            self._open_marks.append((label, now))
+        else:
+            for i in range(len(self._open_marks) - 1, -1, -1):
+                if self._open_marks[i][0] == label:
+                    self.marks.append((label, self._open_marks.pop(i)[1], now))
+                    break
+        self._sample_rss(now, force=True)
+
+    # -- trace ---------------------------------------------------------------------------------
+    def _sample_rss(self, now: int, force: bool = False) -> None:
+        if force or now - self._last_rss_ns >= _RSS_EVERY_NS:
+            rss = self._rss.read()
+            if rss is not None:
+                self._rss_samples.append((now, "cpu:rss", rss))
+            self._last_rss_ns = now
+
+    def trace(self, meta: dict | None = None) -> Trace:
+        """Everything recorded so far as a Trace (times in seconds from the engine's start)."""
+        t0 = self.engine.origin_ns
+
+        def secs(ns: int) -> float:
+            return max(0.0, (ns - t0) * 1e-9)
+
+        samples = [s for pool in self.pools.values() for s in list(pool.samples)]
+        samples += self._rss_samples
+        samples.sort(key=lambda s: s[0])
+        return Trace(spans=self.engine.spans(),
+                     memory=[(secs(t), dev, int(b)) for t, dev, b in samples],
+                     marks=[(label, secs(a), secs(b)) for label, a, b in self.marks],
+                     meta={"source": "measured", "device": self.device,
+                           "workers": self.engine.workers, "mode": self.engine.mode,
+                           "max_inflight": self.engine.max_inflight, "machine": machine(),
+                           **(meta or {})})
+
+    def close(self) -> None:
+        self.engine.close()
+        self._rss.close()
+
+
+def check_device(device: str, available=("cpu",)) -> None:
+    """A ValueError at the call for a device that is not (yet) available."""
+    if device in available:
+        return
+    if device.startswith("gpu") and device[3:].isdigit():
+        raise ValueError(f"device {device!r} is not available: realexec runs on 'cpu' only "
+                         f"(GPU lanes are not built yet)")
+    raise ValueError(f"unknown device {device!r}: devices are 'cpu' and 'gpuN'")
+
+
+def machine() -> str:
+    """The CPU, its core count and the software versions, in one line."""
+    model = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    return (f"{model}, {default_workers()} cores, {platform.system()}, "
+            f"Python {platform.python_version()}, numpy {np.__version__}")
+
+
+def _blas_threads() -> int | None:
+    from threadpoolctl import threadpool_info
+
+    counts = [p["num_threads"] for p in threadpool_info() if p.get("user_api") == "blas"]
+    return max(counts) if counts else None
+
+
+@contextlib.contextmanager
+def session(workers: int | None = None, mode: str = "async", max_inflight: int | None = None,
+            seed: int = 0, device: str = "cpu"):
+    """An `nd` over a fresh engine, for interactive use; the engine is closed on exit.
+
+        >>> with realexec.session(workers=2) as nd:
+        ...     y = nd.dot(nd.ones((500, 500)), nd.ones((500, 500)))   # returns at once
+        ...     y.sum().item()                                          # blocks
+        125000000.0
+
+    BLAS gets cores // workers threads meanwhile (so W concurrent products do not oversubscribe
+    the cores; all cores in sync mode), and its previous setting is restored afterwards."""
+    global _warm
+    if not _warm:  # compile (or load from numba's cache) before any timing starts
+        cpu.warmup(("float32", "float64"))
+        _warm = True
+    check_device(device)
+    before = _blas_threads()
+    engine = Engine(workers=workers, mode=mode, max_inflight=max_inflight)
+    backend = None
+    try:
+        backend = EngineBackend(engine, device)
+        cores = default_workers()
+        cpu.set_blas_threads(cores if mode == "sync" else max(1, cores // engine.workers))
+        yield ND(backend, seed=seed)
+    finally:
+        try:
+            if backend is not None:
+                backend.close()
+            else:
+                engine.close()
+        finally:
+            if before is not None:
+                cpu.set_blas_threads(before)
+
+
+def run(workload, device: str = "cpu", workers: int | None = None, mode: str = "async",
+        max_inflight: int | None = None, seed: int = 0, **params) -> Trace:
+    """Run `workload(nd, **params)` on the real engine and return its measured Trace."""
+    name = check_workload(workload)
+    check_params(workload, params)
+    with session(workers, mode, max_inflight, seed, device) as nd:
+        backend = nd._backend
+        workload(nd, **params)
+        backend.engine.wait_all()  # ops the workload left queued still belong to its run
+    return backend.trace({"workload": name, "params": dict(params), "seed": seed})
