@@ -45,10 +45,12 @@ CPU = Context("cpu", 0)
 class NDArray:
     """A handle to one var: shape, dtype and context are known at once; values only on a blocker."""
 
-    __slots__ = ("nd", "var", "shape", "dtype", "ctx", "__weakref__")
+    __slots__ = ("nd", "var", "shape", "dtype", "ctx", "nbytes", "__weakref__")
 
-    def __init__(self, nd: ND, var: int, shape: tuple[int, ...], dtype: str, ctx: Context):
+    def __init__(self, nd: ND, var: int, shape: tuple[int, ...], dtype: str, ctx: Context,
+                 nbytes: int):
         self.nd, self.var, self.shape, self.dtype, self.ctx = nd, var, shape, dtype, ctx
+        self.nbytes = nbytes
 
     def __del__(self):
         with contextlib.suppress(Exception):  # interpreter shutdown may have torn things down
@@ -209,8 +211,12 @@ class ND:
 
     NDArray = NDArray
 
-    def __init__(self, backend, seed: int = 0):
+    def __init__(self, backend, seed: int = 0, device: str = "cpu"):
+        if device not in ("cpu", "gpu"):
+            raise ValueError(f"device must be 'cpu' or 'gpu' (where arrays made without a ctx "
+                             f"live), got {device!r}")
         self._backend = backend
+        self._default = CPU if device == "cpu" else Context("gpu", 0)
         self._var_ids = itertools.count()
         self._op_ids = itertools.count()
         self._seed = seed
@@ -234,7 +240,7 @@ class ND:
     def _create(self, name, shape, ctx, dtype, **attrs):
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
         return self._op(name, (), {"shape": shape, "dtype": str(np.dtype(dtype)), **attrs},
-                        ctx=ctx or CPU)
+                        ctx=ctx or self._default)
 
     def ones(self, shape, ctx=None, dtype="float32"):
         return self._create("ones", shape, ctx, dtype)
@@ -248,7 +254,7 @@ class ND:
     def array(self, source, ctx=None, dtype="float32"):
         host = np.ascontiguousarray(source, dtype=ops.check_dtype("array", np.dtype(dtype).name))
         return self._op("array", (), {"shape": host.shape, "dtype": str(host.dtype)},
-                        ctx=ctx or CPU, host=host)
+                        ctx=ctx or self._default, host=host)
 
     # -- functions -----------------------------------------------------------------------------
     def dot(self, a: NDArray, b: NDArray) -> NDArray:
@@ -278,11 +284,15 @@ class ND:
 
     # -- the one place an op is built ----------------------------------------------------------
     def _op(self, name, inputs, attrs, ctx=None, out=None, host=None) -> NDArray:
+        # This is the push path of the real engine too: one pass over the inputs, no sets.
+        in_bytes = 0
         for a in inputs:
-            if not isinstance(a, NDArray) or a.nd is not self:
+            if a.__class__ is not NDArray or a.nd is not self:
                 raise TypeError(f"{name}: inputs must be NDArrays of this nd, got {a!r:.60}")
+            in_bytes += a.nbytes
         if inputs:
-            if name != "copyto" and len({a.ctx.device for a in inputs}) > 1:
+            device = inputs[0].ctx.device
+            if name != "copyto" and any(a.ctx.device != device for a in inputs):
                 devs = ", ".join(str(a.ctx) for a in inputs)
                 raise ValueError(f"{name}: inputs are on different devices ({devs}); "
                                  f"move them with .copyto(ctx) first")
@@ -294,17 +304,19 @@ class ND:
         op_id = next(self._op_ids)
         if name in ("uniform", "normal"):
             attrs["seed"] = self._seed * 1_000_003 + op_id
-        if out is not None:
+        nbytes = ops.nbytes(shape, dtype)
+        if out is None:
+            var = next(self._var_ids)
+            new = Var(var, shape, dtype, ctx.device, nbytes)
+        else:
             if shape != out.shape:
                 raise ops.ShapeError(f"{name}: result of shape {shape} cannot be written in "
                                      f"place into shape {out.shape}")
             if not any(a is out for a in inputs):
                 inputs = (out, *inputs)
-        var = out.var if out is not None else next(self._var_ids)
-        nbytes = ops.nbytes(shape, dtype)
-        op = Op(op_id, name, tuple(a.var for a in inputs), var, out is None,
-                ctx.device, attrs, ops.flops(name, shapes, shape),
-                nbytes + sum(ops.nbytes(a.shape, a.dtype) for a in inputs))
-        new = Var(var, shape, dtype, ctx.device, nbytes) if out is None else None
+                in_bytes += out.nbytes
+            var, new = out.var, None
+        op = Op(op_id, name, tuple(a.var for a in inputs), var, out is None, ctx.device, attrs,
+                ops.flops(name, shapes, shape), nbytes + in_bytes)
         self._backend.issue(op, new, host)
-        return out if out is not None else NDArray(self, var, shape, dtype, ctx)
+        return out if out is not None else NDArray(self, var, shape, dtype, ctx, nbytes)

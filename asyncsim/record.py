@@ -72,10 +72,11 @@ def check_params(workload, params: dict) -> None:
                         f"it takes: {accepted}")
 
 
-def record(workload, seed: int = 0, **params) -> Program:
-    """Run `workload(nd, **params)` without data and return its Program."""
+def record(workload, seed: int = 0, device: str = "cpu", **params) -> Program:
+    """Run `workload(nd, **params)` without data and return its Program; arrays made without a
+    ctx live on `device` ("cpu", or "gpu" for gpu(0))."""
     name = check_workload(workload)
     check_params(workload, params)
     program = Program(name=name, params=dict(params))
-    workload(ND(Recorder(program), seed=seed), **params)
+    workload(ND(Recorder(program), seed=seed, device=device), **params)
     return program
