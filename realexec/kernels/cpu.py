@@ -73,8 +73,8 @@ def _scalar_flat(op, a, scalar, out):
     elif op == MAX:
         for i in range(n):
             x = a[i]
-            # written as `not x < s` so that NaN propagates, as np.maximum does
-            out[i] = x if not x < s else s
+            # NaN propagates and max(-0.0, 0.0) is +0.0, as np.maximum gives
+            out[i] = x if (x > s or x != x) else s
     elif op == FILL:
         for i in range(n):
             out[i] = s
