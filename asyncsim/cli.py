@@ -77,8 +77,8 @@ def _predict(sc, profile, params, mode="async", max_inflight=None):
 def _run(sc, params, workers=None, mode="async", max_inflight=None):
     import realexec
 
-    device = "gpu" if sc.num_gpus else "cpu"
-    return realexec.run(sc.workload, device=device, workers=workers, mode=mode,
+    # the scenarios name nd.gpu(i) themselves; arrays made without a ctx stay on the CPU
+    return realexec.run(sc.workload, workers=workers, mode=mode,
                         max_inflight=max_inflight, **params)
 
 

@@ -2,7 +2,9 @@
 
 `run(workload, **params)` executes a workload on worker threads and returns its measured Trace;
 `session()` gives an `nd` for interactive use; `Engine` is the generic engine underneath;
-`OpError` is what a blocker raises when an op it depends on failed.
+`OpError` is what a blocker raises when an op it depends on failed. GPUs (`nd.gpu(i)`, or
+`device='gpu'`) run numba.cuda kernels on a compute and a copy stream per device
+(`realexec.gpu_device`); without a GPU, under the CUDA simulator (NUMBA_ENABLE_CUDASIM=1).
 """
 
 from realexec.engine import Engine, OpError

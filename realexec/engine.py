@@ -8,7 +8,8 @@ it. The engine is generic: `fn` is any callable; `realexec.frontend` builds the 
 Vocabulary, shared with `asyncsim.simulate` so the two read as one design:
 - lanes: "frontend" (the thread that pushes, t1), the CPU lane "cpu" whose workers are the span
   lanes "cpu/w0".. (t2); `add_lane` adds others (a GPU's "gpu0/compute" and "gpu0/copy", one
-  worker each) without touching the engine;
+  worker each) without touching the engine. A lane added with `log=False` records no spans of
+  its own: its ops time themselves (a GPU op's span is the device's, from CUDA events);
 - mode "async" (MXNet's ThreadedEngine) or "sync" (NaiveEngine: each op runs inside its push, on
   the frontend thread; its "exec" span is reported on the lane's first worker and a "wait" span
   named after the op covers it on the frontend);
@@ -62,10 +63,10 @@ def default_workers() -> int:
 class Lane:
     """A ready queue and the worker threads that drain it; `labels` name their trace lanes."""
 
-    __slots__ = ("name", "kind", "labels", "queue", "threads")
+    __slots__ = ("name", "kind", "labels", "queue", "threads", "log")
 
-    def __init__(self, name: str, workers: int, kind: str = "exec", labels=None):
-        self.name, self.kind = name, kind
+    def __init__(self, name: str, workers: int, kind: str = "exec", labels=None, log=True):
+        self.name, self.kind, self.log = name, kind, log
         if labels is None:
             labels = [f"{name}/w{i}" for i in range(workers)]
         self.labels = list(labels)
@@ -104,11 +105,13 @@ class Engine:
         _open_engines.add(self)
 
     # -- lanes ---------------------------------------------------------------------------------
-    def add_lane(self, name: str, workers: int = 1, kind: str = "exec", labels=None) -> Lane:
-        """A new lane; its worker threads start now (none in sync mode)."""
+    def add_lane(self, name: str, workers: int = 1, kind: str = "exec", labels=None,
+                 log: bool = True) -> Lane:
+        """A new lane; its worker threads start now (none in sync mode). With `log=False` the
+        engine records no exec spans for its ops (they record their own)."""
         if name in self.lanes:
             raise ValueError(f"lane {name!r} exists")
-        lane = Lane(name, workers, kind, labels)
+        lane = Lane(name, workers, kind, labels, log)
         self.lanes[name] = lane
         if not self._sync:
             for label in lane.labels:
@@ -255,7 +258,7 @@ class Engine:
                 op.fn(*op.args)
             except BaseException as exc:  # any error of a kernel belongs to its op
                 failure, own = Failure(op.name, op.op_id, exc), True
-            if label is not None:
+            if label is not None and op.lane.log:
                 self.log.append((label, op.lane.kind, op.name, op.op_id, start, perf_counter_ns()))
         ready: list[OpRecord] = []
         with self._lock:

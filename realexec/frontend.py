@@ -5,18 +5,21 @@ twin, so every workload runs unchanged): `issue` reserves the output buffer from
 `Pool` and pushes the op's kernel (`realexec.kernels.cpu.KERNELS[name](inputs, out, attrs)`) to
 the engine, reading the input vars and writing the output var; `free` pushes the buffer's release
 behind every op that still touches it (`Engine.delete_var`); `sync` is a blocker; `mark` times an
-`nd.benchmark` region.
+`nd.benchmark` region. Ops that touch a GPU go to its lanes (`realexec.gpu_backend`, mixed in).
 
 Recorded in the Trace (seconds from the engine's start, `time.perf_counter_ns`):
 - "issue" spans on "frontend": from entering `issue` (the shared frontend has already checked
-  shapes) to the end of the push; "exec" spans on "cpu/w{i}" from the engine;
+  shapes) to the end of the push; "exec" spans on "cpu/w{i}" from the engine; per GPU, "exec"
+  spans on "gpu{i}/compute" and "copy" spans on "gpu{i}/copy" (`realexec.gpu_device`);
 - "wait" spans on "frontend": from entering a blocker until the frontend runs again (t3 included);
-- memory: the pool's live bytes per device at every change, and the process RSS as device
-  "cpu:rss" at marks and blockers (at most once per millisecond at blockers, so it stays cheap);
-- marks: the `nd.benchmark` regions; meta: source="measured", workload, workers, mode, machine.
+- memory: the pool's live bytes per device ("cpu", "gpu0", ..) at every change, and the process
+  RSS as device "cpu:rss" at marks and blockers (at most once per millisecond at blockers);
+- marks: the `nd.benchmark` regions; meta: source="measured", workload, workers, mode, machine,
+  and "gpus": what each GPU used was (a device name, or the CUDA simulator).
 
-Devices: arrays made without ctx are on the CPU; only "cpu" is available until the GPU lanes
-(realexec.kernels.gpu) are added; asking for a GPU fails at the call.
+Devices: arrays made without ctx live on the CPU, or on gpu(0) with `device='gpu'`. A GPU is set
+up when first named; one that cannot be used fails at the call, saying how to run under the
+simulator (NUMBA_ENABLE_CUDASIM=1).
 """
 
 from __future__ import annotations
@@ -29,8 +32,11 @@ import numpy as np
 
 from asyncsim.frontend import ND
 from asyncsim.record import check_params, check_workload
-from asyncsim.trace import Trace
+from asyncsim.trace import Span, Trace
 from realexec.engine import FRONTEND, Engine, default_workers
+from realexec.gpu_backend import GpuBackend
+from realexec.gpu_device import check_gpu
+from realexec.gpu_vars import StreamVar, after_device, host_wait
 from realexec.kernels import cpu
 from realexec.memory import Pool, RssProbe
 
@@ -38,16 +44,16 @@ _RSS_EVERY_NS = 1_000_000
 _warm = False
 
 
-class EngineBackend:
+class EngineBackend(GpuBackend):
     """What `ND` calls: turns op records into engine pushes and blockers into engine waits."""
 
     def __init__(self, engine: Engine, device: str = "cpu"):
         self.engine = engine
         self.device = device
-        self.pools = {"cpu": Pool("cpu")}
-        self.lane_of = {"cpu": "cpu"}  # device -> engine lane; GPUs add "gpuN/compute" here
+        self.pools = {"cpu": Pool("cpu")}  # GPUs add theirs ("gpu0": a GpuPool) when first named
         self.kernels = cpu.KERNELS
         self.vars: dict = {}  # frontend var id -> engine Var (its name is its device)
+        self._init_gpu()
         self.marks: list[tuple[str, int, int]] = []
         self._open_marks: list[tuple[str, int]] = []
         self._rss = RssProbe()
@@ -57,12 +63,17 @@ class EngineBackend:
 
     # -- the backend protocol ------------------------------------------------------------------
     def check_device(self, device: str) -> None:
-        check_device(device, self.pools)
+        if device not in self.pools:
+            check_device(device)
+            self._add_gpu(device)
 
     def issue(self, op, out_var, host) -> None:
         if self.engine.max_inflight is not None:
             self.engine.throttle(op.name, op.id)  # before reserving: the cap bounds memory too
         t_issue = perf_counter_ns()
+        if self.gpus and (op.device != "cpu" or op.attrs.get("src", "cpu") != "cpu"):
+            self._issue_gpu(op, out_var, host, t_issue)
+            return
         vars_ = self.vars
         if out_var is not None:
             buf = self.pools[out_var.device].acquire(out_var.shape, out_var.dtype)
@@ -72,17 +83,27 @@ class EngineBackend:
             out = vars_[op.out]
         reads = tuple([vars_[v] for v in op.reads])
         inputs = (host,) if host is not None else tuple([v.data for v in reads])
-        self.engine.push(self.kernels[op.name], reads, (out,), self.lane_of[op.device], op.name,
-                         (inputs, out.data, op.attrs), op.id, t_issue)
+        fn, args = self.kernels[op.name], (inputs, out.data, op.attrs)
+        if self.gpus:
+            copied = tuple([v for v in reads if type(v) is StreamVar])
+            if copied:  # buffers a copy from a GPU fills: wait for those copies first
+                fn, args = after_device, (fn, copied, *args)
+        self.engine.push(fn, reads, (out,), "cpu", op.name, args, op.id, t_issue)
 
     def sync(self, kind: str, var: int | None):
         start = perf_counter_ns()
         try:
             if var is None:
                 self.engine.wait_all()
+                if self.gpus:
+                    self._settle()
                 return None
             ev = self.vars[var]
             self.engine.wait_for_var(ev)
+            if type(ev) is StreamVar:
+                if ev.name != "cpu":
+                    return self._read_gpu(kind, ev)
+                host_wait(ev)
             if kind == "asnumpy":
                 return ev.data.copy()
             return None if kind == "wait_to_read" else ev.data
@@ -90,11 +111,23 @@ class EngineBackend:
             end = perf_counter_ns()
             self.engine.log.append((FRONTEND, "wait", kind, -1, start, end))
             self._sample_rss(end)
+            if self.gpus:
+                self.releases.collect()
 
     def free(self, var: int) -> None:
         ev = self.vars.pop(var, None)
-        if ev is not None:
+        if ev is None:
+            return
+        if type(ev) is StreamVar:
+            self._free_stream_var(ev)
+        else:
             self.engine.delete_var(ev, self.pools[ev.name].release, (ev.data,))
+
+    def drain(self) -> None:
+        """Wait, without a span, until every op pushed so far has run (on every device)."""
+        self.engine.wait_all()
+        if self.gpus:
+            self._settle()
 
     def mark(self, label: str, begin: bool) -> None:
         now = perf_counter_ns()
@@ -125,26 +158,34 @@ class EngineBackend:
         samples = [s for pool in self.pools.values() for s in list(pool.samples)]
         samples += self._rss_samples
         samples.sort(key=lambda s: s[0])
-        return Trace(spans=self.engine.spans(),
+        spans = self.engine.spans()
+        timed = self._gpu_spans()
+        if timed:
+            spans += [Span(lane, name, op_id, secs(a), secs(b), kind)
+                      for lane, kind, name, op_id, a, b in timed]
+            spans.sort(key=lambda s: s.start)
+        return Trace(spans=spans,
                      memory=[(secs(t), dev, int(b)) for t, dev, b in samples],
                      marks=[(label, secs(a), secs(b)) for label, a, b in self.marks],
                      meta={"source": "measured", "device": self.device,
                            "workers": self.engine.workers, "mode": self.engine.mode,
                            "max_inflight": self.engine.max_inflight, "machine": machine(),
-                           **(meta or {})})
+                           "gpus": self._gpu_meta(), **(meta or {})})
 
     def close(self) -> None:
         self.engine.close()
+        if self.gpus:
+            self._close_gpus()
         self._rss.close()
 
 
-def check_device(device: str, available=("cpu",)) -> None:
-    """A ValueError at the call for a device that is not (yet) available."""
-    if device in available:
+def check_device(device: str) -> None:
+    """A ValueError at the call for a device that is unknown or cannot be used here."""
+    if device == "cpu":
         return
     if device.startswith("gpu") and device[3:].isdigit():
-        raise ValueError(f"device {device!r} is not available: realexec runs on 'cpu' only "
-                         f"(GPU lanes are not built yet)")
+        check_gpu(int(device[3:]))
+        return
     raise ValueError(f"unknown device {device!r}: devices are 'cpu' and 'gpuN'")
 
 
@@ -184,7 +225,10 @@ def session(workers: int | None = None, mode: str = "async", max_inflight: int |
     if not _warm:  # compile (or load from numba's cache) before any timing starts
         cpu.warmup(("float32", "float64"))
         _warm = True
-    check_device(device)
+    if device not in ("cpu", "gpu"):
+        raise ValueError(f"device must be 'cpu' or 'gpu' (where arrays made without a ctx "
+                         f"live), got {device!r}")
+    check_device("cpu" if device == "cpu" else "gpu0")
     before = _blas_threads()
     engine = Engine(workers=workers, mode=mode, max_inflight=max_inflight)
     backend = None
@@ -192,7 +236,9 @@ def session(workers: int | None = None, mode: str = "async", max_inflight: int |
         backend = EngineBackend(engine, device)
         cores = default_workers()
         cpu.set_blas_threads(cores if mode == "sync" else max(1, cores // engine.workers))
-        yield ND(backend, seed=seed)
+        if device == "gpu":
+            backend.check_device("gpu0")  # set up (and on a real GPU, compile) before timing
+        yield ND(backend, seed=seed, device=device)
     finally:
         try:
             if backend is not None:
@@ -212,5 +258,5 @@ def run(workload, device: str = "cpu", workers: int | None = None, mode: str = "
     with session(workers, mode, max_inflight, seed, device) as nd:
         backend = nd._backend
         workload(nd, **params)
-        backend.engine.wait_all()  # ops the workload left queued still belong to its run
+        backend.drain()  # ops the workload left queued still belong to its run
     return backend.trace({"workload": name, "params": dict(params), "seed": seed})

@@ -17,6 +17,9 @@ the engine calls `release` only when the last handle is gone and every op readin
 finished. Each change appends a sample `(t_ns, device, live_bytes)` to `samples`; `peak_bytes` is
 the maximum.
 
+Buffers from elsewhere (a GPU copy's pinned host buffer) are counted on a Pool's device with
+`track`/`untrack`; GPU memory has its own accounting (`realexec.gpu_device.GpuPool`).
+
 `RssProbe` reads the resident set size from /proc/self/statm through a descriptor kept open (a few
 microseconds a read); it gives None where /proc is missing.
 """
@@ -128,6 +131,23 @@ class Pool:
             if cache.cached_bytes + size <= cache.max_bytes:
                 cache.free.setdefault(size, spare).append(raw)
                 cache.cached_bytes += size
+        self.samples.append((now, self.device, live))
+
+    def track(self, nbytes: int) -> None:
+        """Count `nbytes` of a buffer that this Pool did not hand out as live on its device (the
+        pinned host buffer a GPU-to-CPU copy fills); `untrack` gives them back."""
+        self._count(nbytes)
+
+    def untrack(self, nbytes: int) -> None:
+        self._count(-nbytes)
+
+    def _count(self, nbytes: int) -> None:
+        with self.cache.lock:
+            self.live_bytes += nbytes
+            live = self.live_bytes
+            if live > self.peak_bytes:
+                self.peak_bytes = live
+            now = perf_counter_ns()
         self.samples.append((now, self.device, live))
 
     def __repr__(self) -> str:

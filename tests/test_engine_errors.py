@@ -110,8 +110,8 @@ def test_shape_and_device_errors_fail_at_the_call():
             nd.dot(a, b)
         with pytest.raises(ShapeError, match="div"):
             a / b
-        with pytest.raises(ValueError, match="gpu0"):
-            nd.ones((2,), ctx=nd.gpu(0))
+        with pytest.raises(ValueError, match=r"gpu\(7\)"):
+            nd.ones((2,), ctx=nd.gpu(7))
         with pytest.raises(ValueError, match="gpu"):
             realexec.run(lambda nd: None, device="gpu0")
         assert len(engine.spans()) == pushed
