@@ -10,7 +10,20 @@ A Profile says
   name from `asyncsim.ops`, an op group (create, elementwise, reduce, dot, copy) or "*" (a fallback,
   not for "frontend", whose fallback is t1). An op is priced by name, then group, then "*";
 - `links`: the copy cost of `copyto` between devices, keyed "cpu->gpu", "gpu->cpu", "gpu->gpu";
-- `free`: frontend seconds to drop a buffer's last handle; `meta`: where the numbers came from.
+- `free`: frontend seconds to drop a buffer's last handle; `meta`: where the numbers came from;
+- "frontend:<blocker>" costs (asnumpy, print, item, wait_to_read, waitall): what a blocker adds to
+  t3 on the frontend, priced on the bytes of the array it returns (a copy, formatting);
+- a Cost may also say that bytes beyond `cache` move at `spill` bytes/s (caches outgrown), and
+  how much kernels running beside it slow it (`crowd`, see `Cost`);
+- the host's contention, each off at its default (so the closed forms hold exactly): `dispatch`,
+  the seconds a sleeping thread takes to wake up (an idle CPU worker handed an op, a thread handed
+  the GIL); `gil`, Python seconds a CPU worker spends per op outside its kernel, holding the GIL
+  (while the GIL is modelled, the running frontend and each op's latency hold it too); `release`,
+  what a worker adds (holding the GIL) when an op it finishes frees a dropped buffer; `switch`,
+  CPython's switch interval (`sys.getswitchinterval()`): how long a thread waits for the GIL
+  before the holder must hand it over; `spin`, how long a blocker spins before it sleeps (a
+  frontend whose wait ends within it is awake and takes a released GIL at once); `cores`, which
+  matters when fewer than workers + 1. `asyncsim.host` has the rules.
 
 A Cost is `latency + nbytes / bandwidth + flops / peak` seconds, with nbytes the op's bytes read
 plus written (for a link: the bytes copied, half of that) and flops from `asyncsim.ops`. Units:
@@ -31,13 +44,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from asyncsim.ops import OPS
+from asyncsim.program import BLOCKERS
 
 DEVICE_KINDS = ("cpu", "gpu", "frontend")
 GROUPS = tuple(sorted({d.group for d in OPS.values()}))
 LINKS = ("cpu->gpu", "gpu->cpu", "gpu->gpu")
-COST_FIELDS = ("latency", "bandwidth", "peak")
+COST_FIELDS = ("latency", "bandwidth", "peak", "cache", "spill", "crowd")
 _SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int, "gpus": int,
-            "free": float}
+            "free": float, "dispatch": float, "gil": float, "release": float, "switch": float,
+            "spin": float}
 _MINIMUM = {"workers": 1, "cores": 1, "gpus": 0}
 
 
@@ -47,14 +62,26 @@ class ProfileError(ValueError):
 
 @dataclass
 class Cost:
-    """Seconds to run one op: latency + nbytes / bandwidth + flops / peak."""
+    """Seconds to run one op: latency + nbytes / bandwidth + flops / peak, where bytes beyond
+    `cache` (an op whose data outgrows the caches) move at `spill` bytes/s instead. `crowd`: how
+    much each other crowding kernel running beside it stretches its bytes time (memory
+    bandwidth shared by cores; used by `asyncsim.host`)."""
 
     latency: float = 0.0
     bandwidth: float = math.inf
     peak: float = math.inf
+    cache: float = math.inf
+    spill: float = math.inf
+    crowd: float = 0.0
 
     def time(self, nbytes: float, flops: float) -> float:
-        return self.latency + nbytes / self.bandwidth + flops / self.peak
+        return self.latency + self.bytes_time(nbytes) + flops / self.peak
+
+    def bytes_time(self, nbytes: float) -> float:
+        """Seconds that moving `nbytes` takes alone."""
+        if nbytes <= self.cache:
+            return nbytes / self.bandwidth
+        return self.cache / self.bandwidth + (nbytes - self.cache) / self.spill
 
 
 def device_kind(device: str) -> str:
@@ -78,6 +105,11 @@ class Profile:
     costs: dict[str, Cost] = field(default_factory=dict)
     links: dict[str, Cost] = field(default_factory=dict)
     free: float = 0.0
+    dispatch: float = 0.0
+    gil: float = 0.0
+    release: float = 0.0
+    switch: float = 5e-3
+    spin: float = 0.0
     meta: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -117,6 +149,18 @@ class Profile:
         """Seconds the frontend spends issuing `op`: a "frontend:" cost if one matches, else t1."""
         cost = self.issue_rule(op)
         return self.t1 if cost is None else cost.time(op.nbytes, op.flops)
+
+    def blocker(self, kind: str, nbytes: int = 0) -> float:
+        """Seconds a blocker of `kind` costs the frontend once its wait is over: t3, plus its
+        "frontend:<kind>" cost on the `nbytes` it returns when there is one."""
+        cost = self.costs.get(f"frontend:{kind}")
+        return self.t3 if cost is None else self.t3 + cost.time(nbytes, 0.0)
+
+    @property
+    def contended(self) -> bool:
+        """Whether any host contention (wake-ups, the GIL, releases, crowding) is modelled."""
+        crowded = any(cost.crowd for key, cost in self.costs.items() if key.startswith("cpu:"))
+        return bool(self.dispatch or self.gil or self.release or crowded)
 
     # -- variants --------------------------------------------------------------------------
     def replace(self, **kv) -> Profile:
@@ -264,11 +308,14 @@ def check_key(key: str, table: str, source: str = "profile") -> None:
         return
     kind, colon, name = key.partition(":")
     wildcard = name == "*" and kind != "frontend"
-    if not colon or kind not in DEVICE_KINDS or not (name in OPS or name in GROUPS or wildcard):
+    blocker = name in BLOCKERS and kind == "frontend"
+    known = name in OPS or name in GROUPS or wildcard or blocker
+    if not colon or kind not in DEVICE_KINDS or not known:
         raise ProfileError(
             f"{source}: unknown cost key {key!r}; use DEVICE:NAME with DEVICE one of "
             f"{', '.join(DEVICE_KINDS)} and NAME an op ({', '.join(OPS)}), a group "
-            f"({', '.join(GROUPS)}) or * (not for frontend: its fallback is t1)")
+            f"({', '.join(GROUPS)}), * (not for frontend: its fallback is t1) or, for "
+            f"frontend, a blocker ({', '.join(BLOCKERS)})")
 
 
 def _cost(key: str, value, table: str, source: str) -> Cost:
@@ -288,9 +335,13 @@ def _cost(key: str, value, table: str, source: str) -> Cost:
         out.latency = _number(f"{where}.latency", value["latency"], source)
         if math.isinf(out.latency):
             raise ProfileError(f"{source}: {where}.latency must be finite")
-    for attr in ("bandwidth", "peak"):
+    for attr in ("bandwidth", "peak", "cache", "spill"):
         if attr in value:
             setattr(out, attr, _number(f"{where}.{attr}", value[attr], source, strict=True))
+    if "crowd" in value:
+        out.crowd = _number(f"{where}.crowd", value["crowd"], source)
+        if math.isinf(out.crowd):
+            raise ProfileError(f"{source}: {where}.crowd must be finite")
     return out
 
 

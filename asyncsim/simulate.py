@@ -20,8 +20,20 @@ Memory: an op's fresh output is reserved on its device when the op's issue start
 once the frontend has freed the var and every op reading or writing it has finished. Each change
 adds a sample (t, device, live_bytes). Times are seconds of simulated time from 0.
 
-Not modelled: `profile.cores` and the GIL (an op's cost is taken to include whatever threads it
-uses), memory capacity limits, and errors raised inside ops.
+A blocker costs `profile.blocker(kind, nbytes)` once its wait is over: t3, plus what a
+"frontend:<kind>" cost adds for the bytes it hands back (asnumpy's copy, print's formatting).
+
+The host (`asyncsim.host`, only when the profile asks for it, so `Profile.ideal` keeps the closed
+forms exact): idle CPU workers take `profile.dispatch` to wake up, CPython's GIL (the frontend
+holds it while it runs; a worker for `gil` + an op's latency; hand-overs cost a wake-up, a waiter
+forces one after `profile.switch`), buffers released by the worker that finishes their last op
+(`profile.release`), cores shared with a frontend that spins in its blockers, and memory-bound
+kernels crowding each other (`Cost.crowd`).
+
+Not modelled: an op's own threads (its cost is taken to include whatever threads it uses; the
+calibrated costs are measured with the workers and BLAS threads of the run), the first touch of
+fresh memory (page faults), the start of a fresh engine (threads never run before, cold caches),
+Python's garbage collector, memory capacity limits, and errors raised inside ops.
 """
 
 from __future__ import annotations
@@ -30,6 +42,7 @@ from collections import deque
 
 import simpy
 
+from asyncsim import host
 from asyncsim.deps import DepTracker
 from asyncsim.profile import Profile, ProfileError, device_kind, is_link_copy
 from asyncsim.program import Free, Mark, Op, Program, Sync
@@ -37,6 +50,7 @@ from asyncsim.record import check_workload, record
 from asyncsim.trace import Span, Trace
 
 MODES = ("async", "sync")
+FRONTEND = "frontend"
 
 
 class _Queue(simpy.Store):
@@ -77,9 +91,12 @@ class _Model:
         self.spans: list[Span] = []
         self.marks: list = []
         self.open_marks: dict = {}
-        self.pool = _Queue(env)
+        self.host = host.Host(self, profile, mode) if profile.contended else None
+        self.gil = self.host.gil if self.host else None
+        self.pool = self.host.queue if self.host else _Queue(env)
         for k in range(profile.workers):
-            env.process(self._worker(f"cpu/w{k}", self.pool, False))
+            worker = self.host.worker if self.host else self._worker
+            env.process(worker(f"cpu/w{k}", self.pool, False))
         self.streams = {}
         for i in range(profile.gpus):
             for part in ("compute", "copy"):
@@ -89,14 +106,26 @@ class _Model:
 
     # -- the frontend ---------------------------------------------------------------------------
     def _frontend(self):
-        env, spans, profile = self.env, self.spans, self.profile
+        env, spans, profile, gil, host = self.env, self.spans, self.profile, self.gil, self.host
         timeout = env.timeout
         for ins in self.program.instrs:
             kind = type(ins)
             if kind is Op:
                 if self.slots is not None:
-                    yield self.slots.get(1)
+                    slot = self.slots.get(1)
+                    if not slot.triggered and host is not None:  # about to block
+                        if gil is not None:
+                            gil.release(FRONTEND)
+                        host.frontend_waits(slot)
+                    yield slot
+                    if host is not None:
+                        host.frontend_woke()
                 issue_cost, queue = self._prepare(ins)
+                if gil is not None:
+                    held = gil.take(FRONTEND, host.spinning)
+                    host.spinning = False
+                    if held is not None:
+                        yield held
                 start = env.now
                 if ins.fresh:
                     self._reserve(ins.out)
@@ -109,14 +138,26 @@ class _Model:
                     yield timeout(profile.t3)
                     spans.append(Span("frontend", ins.name, ins.id, start, env.now, "wait"))
             elif kind is Sync:
+                if gil is not None:
+                    gil.release(FRONTEND)
                 start = env.now
                 event = self._wait_for(ins.var)
                 if event is not None:
+                    if host is not None:
+                        host.frontend_waits(event)
                     yield event
-                yield timeout(profile.t3)
+                    if host is not None:
+                        host.frontend_woke()
+                nbytes = 0 if ins.var is None else self.program.vars[ins.var].nbytes
+                yield timeout(profile.blocker(ins.kind, nbytes))
                 spans.append(Span("frontend", ins.kind, -1, start, env.now, "wait"))
             elif kind is Free:
                 if profile.free:
+                    if gil is not None:
+                        held = gil.take(FRONTEND, host.spinning)
+                        host.spinning = False
+                        if held is not None:
+                            yield held
                     start = env.now
                     yield timeout(profile.free)
                     spans.append(Span("frontend", "free", -1, start, env.now, "issue"))
@@ -129,6 +170,10 @@ class _Model:
                     self.open_marks.setdefault(ins.label, []).append(env.now)
                 elif self.open_marks.get(ins.label):
                     self.marks.append((ins.label, self.open_marks[ins.label].pop(), env.now))
+        if gil is not None:
+            gil.release(FRONTEND)
+        if host is not None:
+            host.frontend_done()
 
     def _prepare(self, op: Op) -> tuple[float, simpy.Store]:
         """Price `op` and pick its lane queue (cached per op name and devices); return its issue
@@ -145,6 +190,8 @@ class _Model:
             self.durations.append(lane_cost.time(op.nbytes, op.flops))
         self.kinds.append("copy" if link else "exec")
         self.in_order.append(queue is not self.pool)
+        if self.host is not None:
+            self.host.prepare(op, lane_cost, link)
         if issue_cost is None:
             return self.profile.t1, queue
         return issue_cost.time(op.nbytes, op.flops), queue
@@ -218,10 +265,13 @@ class _Model:
             spans.append(Span(lane, op.name, op.id, start, env.now, kinds[position]))
             finish(position, op)
 
-    def _finish(self, position: int, op: Op) -> None:
+    def _finish(self, position: int, op: Op) -> int:
+        """Complete `position`: dispatch what it made ready, release what it was the last to
+        touch. Returns how many buffers it released."""
         for other in self.tracker.complete(position):
             self._dispatch(other)
         touching = self.touching
+        released = 0
         for var in (*op.reads, op.out):
             left = touching[var] - 1
             if left:
@@ -231,6 +281,7 @@ class _Model:
                 if var in self.freed:
                     self.freed.remove(var)
                     self._release(var)
+                    released += 1
         event = self.done_events.pop(position, None)
         if event is not None:
             event.succeed()
@@ -240,6 +291,7 @@ class _Model:
             self.idle_event = None
         if self.slots is not None:
             self.slots.put(1)
+        return released
 
     # -- memory ---------------------------------------------------------------------------------
     def _reserve(self, var: int) -> None:
@@ -305,7 +357,9 @@ def simulate(program: Program, profile: Profile | str, mode: str = "async",
 
 
 def predict(workload, profile: Profile | str, mode: str = "async",
-            max_inflight: int | None = None, **params) -> Trace:
-    """Record `workload(nd, **params)` and simulate it: the two steps in one."""
+            max_inflight: int | None = None, device: str = "cpu", **params) -> Trace:
+    """Record `workload(nd, **params)` and simulate it: the two steps in one. `device` is where
+    arrays made without a ctx live ("cpu" or "gpu", as in `realexec.run`)."""
     check_workload(workload)
-    return simulate(record(workload, **params), profile, mode=mode, max_inflight=max_inflight)
+    return simulate(record(workload, device=device, **params), profile, mode=mode,
+                    max_inflight=max_inflight)

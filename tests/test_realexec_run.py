@@ -42,11 +42,6 @@ def mixed(nd, n=3):
     nd.waitall()
 
 
-def test_public_api_is_small():
-    """realexec exports exactly run, session, Engine and OpError."""
-    assert sorted(realexec.__all__) == ["Engine", "OpError", "run", "session"]
-
-
 def test_run_returns_a_measured_trace():
     """The trace has issue/wait spans on the frontend, exec spans on cpu/w{i}, the benchmark
     region and the run's description in meta."""

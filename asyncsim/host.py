@@ -1,0 +1,261 @@
+"""The host's contention in the SimPy model: threads waking up, the GIL, cores, memory crowding.
+
+`asyncsim.simulate` uses a `Host` only when its Profile asks for one of these effects
+(`Profile.contended`); otherwise CPU workers hold their lane for exactly the op's cost, which is
+what the book's closed forms assume. With a Host:
+
+- wake-ups (`profile.dispatch`): a CPU worker with nothing to do sleeps. Each op queued wakes
+  one sleeper, which looks at the queue `dispatch` seconds later and takes the op at its head if
+  a busy worker has not taken it meanwhile (a worker that finishes an op takes the next one at
+  once, so a chain of ops stays on one worker).
+- releases (`profile.release`): when an op a worker finishes was the last to use a buffer the
+  frontend has dropped, the worker releases it then, holding the GIL for `release` seconds.
+- the GIL (`profile.gil` > 0), CPython's rules as far as they matter here. The frontend holds it
+  while it runs -- from its first issue until it blocks (a blocker, max_inflight) -- and checks
+  for a drop request before each issue or free. A CPU worker takes it for `gil` + the op's latency
+  (Python and kernel dispatch) and drops it for the rest of the op (the nogil kernel). A thread
+  asking for a free GIL takes it at once, even if others wait; a release wakes the longest waiter,
+  which arrives `dispatch` seconds later and takes it only if it is still free (a frontend whose
+  blocker ended while it still spun is awake: it takes a released GIL at once). A thread that has
+  waited `profile.switch` seconds asks the holder to drop it, and that drop hands it over. So a
+  worker whose kernels are shorter than a wake-up keeps the GIL from the others (a convoy), and
+  a busy frontend leaves workers a turn only every switch interval.
+- cores, when `profile.cores` < workers + 1: the frontend occupies a core while it runs (not
+  while it waits: its blocker spins on sched_yield, which lets any runnable thread have the
+  core); a CPU worker occupies one from starting an op until it finds no next op. A worker
+  starts an op only on a free core (first come, first served); the frontend never waits for one.
+  This is a non-preemptive reading of the OS scheduler: right for ops shorter than its time
+  slice (ms), and it conserves the work done per core for longer ones.
+- crowding (a CPU cost with `crowd` > 0, memory-bound kernels): when such a kernel starts, each
+  other crowding kernel running at that moment stretches its bytes time by `crowd` (two cores
+  sharing one memory system; fixed at its start, which is exact for kernels that start together
+  and cheap to simulate). Compute-bound kernels (crowd 0) neither stretch nor count.
+NaiveEngine (`mode='sync'`) runs each op inside its issuing call: no wake-ups, no GIL contest.
+
+Units: seconds, bytes per second. An op's lane time is `gil` + latency + bytes / bandwidth
+(stretched) + flops / peak.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from asyncsim.trace import Span
+
+
+class WakeQueue:
+    """The CPU ready queue: ops in order, and the sleeping workers that a put wakes (one each)."""
+
+    def __init__(self):
+        self.items: deque = deque()
+        self.sleepers: deque = deque()
+
+    def put(self, item) -> None:
+        self.items.append(item)
+        if self.sleepers:
+            self.sleepers.popleft().succeed()
+
+
+class Gil:
+    """One lock with CPython's hand-over rules (see the module docstring)."""
+
+    def __init__(self, env, wake: float, switch: float):
+        self.env, self.wake, self.switch = env, wake, switch
+        self.holder = None
+        self.waiting: deque = deque()  # events of waiting threads, oldest first
+        self.drop = False  # a waiter has waited a switch interval
+        self.reserved = False  # a forced drop is handing the GIL to the oldest waiter
+        self.signalled = False  # a woken waiter is on its way
+
+    def take(self, who, awake: bool = False):
+        """None if `who` holds the GIL now (taken at once or held already), else the event of
+        its turn. A holder asked to drop it does so here and queues behind the asker. An `awake`
+        thread (one spinning in a blocker, not asleep) takes a released GIL without a wake-up."""
+        if self.holder == who:
+            if not (self.drop and self.waiting):
+                return None
+            self.release(who)
+        if self.holder is None and not self.reserved:
+            self.holder = who
+            return None
+        event = self.env.event()
+        event.who, event.awake = who, awake
+        self.waiting.append(event)
+        self.env.timeout(self.switch).callbacks.append(lambda _: self._expired(event))
+        return event
+
+    def release(self, who) -> None:
+        if self.holder != who:
+            return
+        self.holder = None
+        if not self.waiting:
+            self.drop = False
+            return
+        if self.waiting[0].awake:  # a spinning waiter is on the spot
+            self.drop = False
+            self._give()
+        elif self.drop:  # a forced switch: the asker gets it once it is awake
+            self.drop, self.reserved = False, True
+            self.env.timeout(self.wake).callbacks.append(self._handover)
+        elif not self.signalled:
+            self.signalled = True
+            self.env.timeout(self.wake).callbacks.append(self._arrive)
+
+    def _expired(self, event) -> None:
+        if not event.triggered:
+            self.drop = True
+
+    def _handover(self, _) -> None:
+        self.reserved = False
+        self._give()
+
+    def _arrive(self, _) -> None:
+        self.signalled = False
+        if self.holder is None and not self.reserved:
+            self._give()
+
+    def _give(self) -> None:
+        event = self.waiting.popleft()
+        self.holder = event.who
+        event.succeed()
+
+
+class Cores:
+    """`count` cores. The frontend holds one from the start (and takes one back when it wakes,
+    even over the count); workers queue for one."""
+
+    def __init__(self, env, count: int):
+        self.env, self.count = env, count
+        self.used = 1
+        self.waiting: deque = deque()
+
+    def take(self):
+        """None when a core is taken now, else the event of its turn."""
+        if self.used < self.count:
+            self.used += 1
+            return None
+        event = self.env.event()
+        self.waiting.append(event)
+        return event
+
+    def give(self) -> None:
+        self.used -= 1
+        while self.waiting and self.used < self.count:
+            self.used += 1
+            self.waiting.popleft().succeed()
+
+
+class Host:
+    """The contention state of one simulation run (`model` is simulate's `_Model`)."""
+
+    def __init__(self, model, profile, mode: str):
+        self.model = model
+        self.env = env = model.env
+        sync = mode == "sync"
+        self.dispatch = 0.0 if sync else profile.dispatch
+        self.hold = profile.gil
+        self.release = profile.release
+        self.gil = Gil(env, profile.dispatch, profile.switch) if profile.gil and not sync else None
+        self.crowding = 0  # crowding kernels running now
+        crowded = profile.cores < profile.workers + 1 and not sync
+        self.cores = Cores(env, profile.cores) if crowded else None
+        self.spin = profile.spin
+        self.waiting = False  # the frontend is blocked (and holds no core)
+        self.asleep = False  # ... and has stopped spinning
+        self.spinning = False  # the frontend's last wait ended before it fell asleep
+        self.parts: list[tuple[float, float, float, float]] = []  # position -> split cost
+        self.queue = WakeQueue()
+
+    def prepare(self, op, cost, link: bool) -> None:
+        """Split the op's lane cost: (latency, bytes time, flops time, crowd)."""
+        if link:
+            self.parts.append((cost.latency, cost.bytes_time(op.nbytes / 2), 0.0, 0.0))
+            return
+        by_bytes = cost.bytes_time(op.nbytes) if op.nbytes else 0.0
+        by_flops = op.flops / cost.peak if op.flops else 0.0
+        self.parts.append((cost.latency, by_bytes, by_flops, cost.crowd if by_bytes else 0.0))
+
+    # -- the frontend's waits -------------------------------------------------------------------
+    def frontend_waits(self, event) -> None:
+        """The frontend blocks until `event`: it gives up its core (a blocker spinning on
+        sched_yield lets any runnable thread have it) and falls asleep after `spin` seconds."""
+        if event.triggered:
+            return
+        self.waiting = True
+        if self.cores is not None:
+            self.cores.give()
+        if self.spin:
+            self.env.timeout(self.spin).callbacks.append(lambda _: self._sleep(event))
+        else:
+            self._sleep(event)
+
+    def _sleep(self, event) -> None:
+        if not event.triggered:
+            self.asleep = True
+
+    def frontend_woke(self) -> None:
+        """The frontend's wait is over; `spinning` says it never fell asleep."""
+        if not self.waiting:
+            return
+        self.spinning = not self.asleep
+        self.waiting = self.asleep = False
+        if self.cores is not None:
+            self.cores.used += 1
+
+    def frontend_done(self) -> None:
+        if self.cores is not None and not self.waiting:
+            self.waiting = True
+            self.cores.give()
+
+    # -- workers --------------------------------------------------------------------------------
+    def worker(self, lane: str, queue, in_order: bool):
+        """A CPU worker's process: the simulator's `_worker` with the host's effects."""
+        model, env, items = self.model, self.env, self.queue.items
+        spans, ops, parts, finish = model.spans, model.ops, self.parts, model._finish
+        timeout, gil, hold, cores = env.timeout, self.gil, self.hold, self.cores
+        queue, core = self.queue, False
+        while True:
+            if not items:
+                if core:
+                    cores.give()
+                    core = False
+                while not items:  # asleep until a put wakes us; awake a wake-up later
+                    event = env.event()
+                    queue.sleepers.append(event)
+                    yield event
+                    if self.dispatch:
+                        yield timeout(self.dispatch)
+            position = items.popleft()
+            latency, by_bytes, by_flops, crowd = parts[position]
+            if cores is not None and not core:
+                turn = cores.take()
+                if turn is not None:
+                    yield turn
+                core = True
+            if gil is not None:
+                turn = gil.take(lane)
+                if turn is not None:
+                    yield turn
+            start = env.now
+            if hold or latency:
+                yield timeout(hold + latency)
+            if gil is not None:
+                gil.release(lane)
+            if crowd:
+                stretch = 1.0 + crowd * self.crowding
+                self.crowding += 1
+                yield timeout(by_bytes * stretch + by_flops)
+                self.crowding -= 1
+            elif by_bytes or by_flops:
+                yield timeout(by_bytes + by_flops)
+            op = ops[position]
+            spans.append(Span(lane, op.name, op.id, start, env.now, model.kinds[position]))
+            released = finish(position, op)
+            if released and self.release:  # freeing dropped buffers: Python work, with the GIL
+                if gil is not None:
+                    turn = gil.take(lane)
+                    if turn is not None:
+                        yield turn
+                yield timeout(released * self.release)
+                if gil is not None:
+                    gil.release(lane)

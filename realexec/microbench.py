@@ -1,0 +1,320 @@
+"""The microbenchmarks behind `realexec.calibrate`: small synthetic workloads on the real engine.
+
+Each function takes a `_Bench` (an `nd` of `realexec.session` and its engine) and returns plain
+numbers in seconds, bytes and bytes (or flops) per second. None of them runs a scenario of
+`asyncsim.scenarios`: those are what the resulting Profile predicts. What they measure:
+
+- `frontend`: the frontend's seconds per op (`t1`, and a cost per op name), from the period of a
+  loop that issues ops while every worker is held by a sleeping op, so no worker competes for the
+  GIL or a core; `free`, the extra period when each result is dropped at once.
+- `roundtrip`: a tiny op issued then waited for, over and over: the wake-up after completion
+  (`t3` = wait end - exec end), and `dispatch`, what the rest of the round trip costs beyond
+  t1 + exec + t3 (an idle worker waking up, the call into the blocker).
+- `blockers`: the frontend's own work in asnumpy (a copy), print (formatting) and item, beyond
+  t3, over array sizes.
+- `worker_overhead`: a backlog of tiny ops drained by one worker: the gap between consecutive
+  exec spans, Python work outside the kernel that holds the GIL (`gil`).
+- `kernel_times`: exec-span medians of one op at a time, over sizes, for the per-op cost fits.
+- `concurrency`: the same op on W workers at once against one at a time (memory bandwidth shared
+  by the workers; compute-bound ops as a check), and the frontend's period while W workers run.
+
+Times come from the engine's own log (`time.perf_counter_ns`), as in a measured Trace.
+`BackgroundLoad` says how busy other processes kept the cores meanwhile (a noisy measurement).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from time import perf_counter_ns
+
+import numpy as np
+
+_HOLD = "calibrate-hold"
+
+
+class _Bench:
+    """An `nd` over a live engine, with helpers to hold workers and read the engine's log."""
+
+    def __init__(self, nd, workers: int):
+        self.nd = nd
+        self.backend = nd._backend
+        self.engine = self.backend.engine
+        self.workers = workers
+
+    def mark(self) -> int:
+        return len(self.engine.log)
+
+    def spans(self, since: int, kind: str | None = None, name: str | None = None) -> list:
+        """(lane, name, start_s, end_s) of log entries after `since`, in start order."""
+        rows = [(lane, nm, a * 1e-9, b * 1e-9) for lane, k, nm, _, a, b in self.engine.log[since:]
+                if (kind is None or k == kind) and (name is None or nm == name)]
+        rows.sort(key=lambda r: r[2])
+        return rows
+
+    def hold(self, arrays=(), seconds: float = 0.05, all_workers: bool = True,
+             others: float | None = None) -> None:
+        """Occupy workers with sleeping ops (no GIL, no core); the first also writes `arrays`,
+        so every op reading them waits; the others sleep `others` seconds (default: as long)."""
+        first = tuple(self.backend.vars[a.var] for a in arrays)
+        count = self.workers if all_workers else 1
+        for k in range(count):
+            writes = first if k == 0 else (self.engine.new_var(_HOLD),)
+            pause = seconds if k == 0 or others is None else others
+            self.engine.push(time.sleep, (), writes, "cpu", _HOLD, (pause,))
+
+
+def frontend(bench: _Bench, n: int, repeats: int) -> dict:
+    """Seconds per issued op for each op kind (held workers), and the extra cost of a free."""
+    nd = bench.nd
+    x = nd.ones((8,))
+    m = nd.ones((4, 4))
+    nd.waitall()
+    makers = {
+        "add_scalar": lambda: x + 1.0,
+        "add": lambda: x + x,
+        "relu": lambda: nd.relu(x),
+        "ones": lambda: nd.ones((8,)),
+        "normal": lambda: nd.random.normal(shape=(8,)),
+        "dot": lambda: nd.dot(m, m),
+        "sum": lambda: x.sum(),
+        "copy": lambda: x.copy(),
+        "slice": lambda: m[0:2],
+    }
+    hold_s = max(0.02, 60e-6 * n)
+
+    def period(make, keep: bool) -> float:
+        bench.hold((x, m), hold_s)
+        kept = []
+        start = perf_counter_ns()
+        if keep:
+            for _ in range(n):
+                kept.append(make())
+        else:
+            for _ in range(n):
+                y = make()  # noqa: F841 -- rebinding drops the previous result: a free
+        seconds = (perf_counter_ns() - start) * 1e-9 / n
+        nd.waitall()
+        return seconds
+
+    # round robin over the kinds, so that a burst of load from elsewhere hits them alike
+    samples: dict = {name: [] for name in [*makers, "drop"]}
+    for _ in range(repeats):
+        for name, make in makers.items():
+            samples[name].append(period(make, keep=True))
+        samples["drop"].append(period(makers["add_scalar"], keep=False))
+    # a low quantile: load from elsewhere only ever adds time, and it comes in bursts
+    issue = {name: float(np.quantile(samples[name], 0.2)) for name in makers}
+    dropped = float(np.quantile(samples["drop"], 0.2))
+    return {"issue": issue, "free": max(0.0, dropped - issue["add_scalar"]),
+            "spread": {name: [float(np.min(v)), float(np.max(v))] for name, v in samples.items()}}
+
+
+def roundtrip(bench: _Bench, n: int, repeats: int) -> dict:
+    """Issue a tiny op and wait for it, n times: per-iteration seconds split into the parts."""
+    nd = bench.nd
+    x = nd.ones((8,))
+    nd.waitall()
+    periods, execs, wakes, lags = [], [], [], []
+    for _ in range(repeats):
+        since = bench.mark()
+        start = perf_counter_ns()
+        for _ in range(n):
+            y = x + 1.0
+            y.wait_to_read()
+        periods.append((perf_counter_ns() - start) * 1e-9 / n)
+        ex = bench.spans(since, "exec", "add_scalar")
+        waits = bench.spans(since, "wait", "wait_to_read")
+        issues = bench.spans(since, "issue", "add_scalar")
+        for (_, _, a, b), (_, _, _, w_end), (_, _, _, i_end) in zip(ex, waits, issues,
+                                                                    strict=False):
+            execs.append(b - a)
+            wakes.append(w_end - b)
+            lags.append(a - i_end)
+    return {"period": float(np.median(periods)), "exec": float(np.median(execs)),
+            "t3": float(np.median(wakes)), "lag": float(np.median(lags))}
+
+
+def long_wake(bench: _Bench, n: int, seconds: float = 0.01) -> float:
+    """The wake-up after a wait long enough for the blocker to fall asleep (past its spin)."""
+    nd = bench.nd
+    x = nd.ones((8,))
+    nd.waitall()
+    wakes = []
+    for _ in range(n):
+        since = bench.mark()
+        bench.hold((x,), seconds, all_workers=False)
+        x.wait_to_read()
+        (_, _, _, held), = bench.spans(since, "exec", _HOLD)
+        (_, _, _, woke), = bench.spans(since, "wait", "wait_to_read")
+        wakes.append(woke - held)
+    return float(np.median(wakes))
+
+
+def blockers(bench: _Bench, sizes, repeats: int) -> dict:
+    """Frontend seconds of a whole blocker call on a ready array of each size (its Python work
+    outside the wait span included: print formats after the wait): kind -> [(nbytes, seconds)]."""
+    nd = bench.nd
+    out: dict = {"wait_to_read": [], "asnumpy": [], "print": [], "item": []}
+
+    def call_time(call) -> float:
+        samples = []
+        for _ in range(repeats):
+            start = perf_counter_ns()
+            call()
+            samples.append((perf_counter_ns() - start) * 1e-9)
+        return float(np.median(samples))
+
+    for n in sizes:
+        x = nd.ones((n,))
+        nd.waitall()
+        for kind, call in (("wait_to_read", x.wait_to_read), ("asnumpy", x.asnumpy),
+                           ("print", lambda: repr(x))):  # noqa: B023 -- called at once
+            out[kind].append((4 * n, call_time(call)))
+    s = nd.ones((1,))
+    nd.waitall()
+    out["item"].append((4, call_time(s.item)))
+    out["wait_to_read"].append((4, call_time(s.wait_to_read)))
+    return out
+
+
+def worker_overhead(bench: _Bench, n: int, repeats: int) -> dict:
+    """A backlog of n tiny ops run by one worker (the others held): the median gap between
+    its exec spans for independent ops, for a chain, and for a chain whose intermediate results
+    the frontend has dropped (so the worker releases a buffer after each op)."""
+    nd = bench.nd
+    x = nd.ones((8,))
+    nd.waitall()
+
+    def independent():
+        return [x + 1.0 for _ in range(n)]
+
+    def chain(keep=True):
+        kept, y = [], x
+        for _ in range(n):
+            y = y + 1.0
+            if keep:
+                kept.append(y)
+        return kept or [y]
+
+    out = {}
+    for name, issue in (("independent", independent), ("chain", chain),
+                        ("chain_dropped", lambda: chain(keep=False))):
+        gaps = []
+        for _ in range(repeats):
+            since = bench.mark()
+            hold_s = max(0.005, 20e-6 * n)
+            bench.hold((x,), hold_s, others=hold_s + 60e-6 * n)
+            kept = issue()
+            kept[-1].wait_to_read()
+            del kept
+            spans = bench.spans(since, "exec", "add_scalar")
+            for lane in {s[0] for s in spans}:
+                mine = [s for s in spans if s[0] == lane]
+                gaps += [b[2] - a[3] for a, b in zip(mine, mine[1:], strict=False)]
+            nd.waitall()
+        out[name] = float(np.median(gaps))
+    return out
+
+
+def kernel_times(bench: _Bench, make, sizes, repeats: int, name: str) -> list[float]:
+    """Median exec seconds of `make(size)` (an op called `name`), one op at a time per size."""
+    nd = bench.nd
+    out = []
+    for size in sizes:
+        make_one = make(size)
+        make_one().wait_to_read()  # first touch of the output buffer, out of the timing
+        since = bench.mark()
+        for _ in range(repeats):
+            make_one().wait_to_read()
+        spans = bench.spans(since, "exec", name)
+        out.append(float(np.median([b - a for _, _, a, b in spans])))
+        nd.waitall()
+    return out
+
+
+def concurrency(bench: _Bench, make, count: int, name: str, rounds: int = 5) -> tuple:
+    """(one at a time, W at once): median exec seconds of `make()` ops, `count` per worker, in
+    alternating rounds; the pair from the round with the median ratio (load from elsewhere
+    hitting one half of a round moves its ratio, not the median round's).
+
+    W at once: the ops are queued while every worker sleeps in a held op, so each worker finds
+    work when it returns and none waits to be woken."""
+    nd = bench.nd
+    pairs = []
+    for _ in range(rounds):
+        result = {}
+        for together in (False, True):
+            since = bench.mark()
+            kept = []
+            if together:
+                bench.hold((), 0.005)
+            for _ in range(count * bench.workers):
+                y = make()
+                if together:
+                    kept.append(y)
+                else:
+                    y.wait_to_read()
+            nd.waitall()
+            del kept, y
+            spans = bench.spans(since, "exec", name)
+            result[together] = float(np.median([b - a for _, _, a, b in spans]))
+        pairs.append((result[False], result[True]))
+    pairs.sort(key=lambda pair: pair[1] / pair[0])
+    return pairs[len(pairs) // 2]
+
+
+def busy_frontend(bench: _Bench, n: int, repeats: int, size: int) -> tuple[float, float]:
+    """Issue period of tiny ops (kept pending) with workers asleep vs all W running kernels."""
+    nd = bench.nd
+    out = []
+    for busy in (False, True):
+        samples = []
+        for _ in range(repeats):
+            if busy:
+                bench.hold((), 0.002)  # workers find the long ops queued when they return
+                longs = [nd.random.normal(shape=(size,)) for _ in range(bench.workers)]
+                x = longs[0][0:8]  # reads a running op's output: queued until it is done
+                time.sleep(4e-3)  # let the workers start
+            else:
+                x = nd.ones((8,))
+                nd.waitall()
+                bench.hold((x,), max(0.02, 60e-6 * n))
+            kept = []
+            start = perf_counter_ns()
+            for _ in range(n):
+                kept.append(x + 1.0)
+            samples.append((perf_counter_ns() - start) * 1e-9 / n)
+            nd.waitall()
+            del kept, x
+            if busy:
+                del longs
+        out.append(float(np.median(samples)))
+    return out[0], out[1]
+
+
+class BackgroundLoad:
+    """Cores kept busy by other processes since this was made: all busy CPU time of the machine
+    (/proc/stat) minus this process's own, over the wall time; 0.0 where /proc is missing."""
+
+    def __init__(self):
+        self.start = (time.perf_counter(), self._busy(), self._own())
+
+    @staticmethod
+    def _busy() -> float:
+        try:
+            with open("/proc/stat") as f:
+                ticks = [int(v) for v in f.readline().split()[1:]]
+        except OSError:
+            return 0.0
+        return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+    @staticmethod
+    def _own() -> float:
+        t = os.times()
+        return t.user + t.system
+
+    def cores(self) -> float:
+        wall, busy, own = self.start
+        elapsed = max(time.perf_counter() - wall, 1e-9)
+        return max(0.0, (self._busy() - busy) - (self._own() - own)) / elapsed

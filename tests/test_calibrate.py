@@ -1,0 +1,185 @@
+"""realexec.calibrate: microbenchmarks -> a valid Profile of this machine, its JSON round trip, its
+cache (a second call does not measure again), and the non-negative fits behind its costs.
+
+Calibration runs once per session with quick settings (small sizes, a few seconds)."""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import asyncsim
+from asyncsim import Profile
+from asyncsim.ops import OPS
+from asyncsim.profile import Cost
+from realexec.engine import default_workers
+
+# the module: the package's `realexec.calibrate` attribute is the function
+cal = importlib.import_module("realexec.calibrate")
+
+
+@pytest.fixture(scope="module")
+def quick_profile():
+    return cal.calibrate(quick=True, cache=False, progress=False)
+
+
+def every_op(nd):
+    """One of each op the frontend has, on the CPU, and each blocker."""
+    x = nd.random.uniform(shape=(4, 4))
+    w = nd.random.normal(shape=(4, 4))
+    y = nd.ones((4, 4)) + nd.zeros((4, 4)) + nd.full((4, 4), 2.0) + nd.array(np.eye(4))
+    y = (y - x) * w / (x + 1)
+    y = 1 - y / 2 + 3 * y - y * 2 + 1 / (y + 5) - 1
+    y = nd.relu(nd.dot(y, x)).copy()
+    y[0] = 1.0
+    y[1:3] = x[0]
+    total = y.sum() + y.mean() + y.norm()
+    total.item()
+    y.asnumpy()
+    repr(y)  # what print(y) waits for
+    y.wait_to_read()
+    nd.waitall()
+
+
+def test_quick_calibration_gives_a_valid_profile(quick_profile):
+    """Every value is a non-negative number, the host's values are set, every op and blocker of
+    the frontend can be priced, and meta says where, when and how it was measured."""
+    p = quick_profile
+    assert p.workers == default_workers() and p.cores == default_workers() and p.gpus == 0
+    assert 0 < p.t1 < 1e-3 and 0 < p.t3 < 1e-3
+    for value in (p.free, p.dispatch, p.gil, p.release, p.spin, p.switch):
+        assert 0 <= value < 0.1
+    program = asyncsim.record(every_op)
+    assert {op.name for op in program.ops} == set(OPS) - {"copyto"}
+    for op in program.ops:
+        assert 0 <= p.cost(op) < 1.0 and 0 < p.issue(op) < 1e-3
+    for kind in ("asnumpy", "print", "item"):
+        assert p.blocker(kind, 64) >= p.t3
+    meta = p.meta
+    assert meta["workers"] == p.workers and meta["quick"] is True
+    assert {"machine", "date", "versions", "settings", "platform", "measurements"} <= set(meta)
+    assert set(meta["versions"]) == {"python", "numpy", "numba", "simpy"}
+    assert "cores" in meta["machine"]
+    assert meta["measurements"]["background load"] >= 0.0
+
+
+def test_background_load_is_other_processes_cpu_time():
+    """BackgroundLoad counts the busy cores of other processes, not this process's own work."""
+    load = cal.BackgroundLoad()
+    total = 0
+    for i in range(200_000):  # busy in this process only
+        total += i
+    assert 0.0 <= load.cores() < 2.5
+
+
+def test_the_profile_predicts_a_workload(quick_profile):
+    """The calibrated profile drives the simulator: a loop of n ops takes at least n issues."""
+    def loop(nd, n=50):
+        x = nd.ones((64,))
+        with nd.benchmark("loop"):
+            for _ in range(n):
+                x = x + 1
+            nd.waitall()
+
+    trace = asyncsim.predict(loop, quick_profile, n=50)
+    assert trace.regions["loop"] >= 50 * quick_profile.t1
+    assert trace.meta["profile"] == quick_profile.name
+
+
+def test_save_and_load_give_the_same_profile(quick_profile, tmp_path):
+    """A calibrated profile written to JSON reads back equal, field by field."""
+    path = tmp_path / "here.json"
+    quick_profile.save(path)
+    loaded = Profile.load(path)
+    assert loaded == quick_profile
+    assert loaded.to_dict() == quick_profile.to_dict()
+
+
+def test_a_second_call_comes_from_the_cache(monkeypatch, tmp_path):
+    """With the cache on, the first call measures and writes the file; the second returns the
+    same profile without measuring; force=True measures again."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    real = cal._measure
+    calls = []
+
+    def counting(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cal, "_measure", counting)
+    first = cal.calibrate(workers=1, quick=True, progress=False)
+    assert len(calls) == 1
+    path = cal.cache_path(1, quick=True)
+    assert path.exists() and path.parent == tmp_path / "asyncsim"
+    second = cal.calibrate(workers=1, quick=True, progress=False)
+    assert len(calls) == 1 and second == first
+    cal.calibrate(workers=1, quick=True, progress=False, force=True)
+    assert len(calls) == 2
+
+
+def test_cache_files_differ_by_workers_and_settings(monkeypatch, tmp_path):
+    """The cache key includes the worker count and quick/full settings."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    paths = {cal.cache_path(w, q) for w in (1, 2) for q in (False, True)}
+    assert len(paths) == 4
+
+
+def test_a_broken_cache_file_is_measured_again(monkeypatch, tmp_path):
+    """A cache file that does not load as a Profile is replaced, not trusted."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = cal.cache_path(1, quick=True)
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    profile = cal.calibrate(workers=1, quick=True, progress=False)
+    assert Profile.load(path) == profile
+
+
+def test_quick_settings_are_small():
+    """Quick calibration stays in small sizes (it is meant for tests and CI)."""
+    q = cal.QUICK
+    assert max(q.sizes) <= 2**18 and max(q.dot_sides) <= 256 and q.repeats <= 3
+    assert max(q.sizes) < max(cal.FULL.sizes)
+
+
+@settings(max_examples=50, deadline=None)
+@given(coef=st.lists(st.floats(0.0, 10.0), min_size=2, max_size=3),
+       data=st.data())
+def test_fit_recovers_non_negative_coefficients(coef, data):
+    """On exact data from non-negative coefficients the fit gives them back."""
+    k = len(coef)
+    rows = data.draw(st.lists(st.lists(st.floats(0.1, 100.0), min_size=k - 1, max_size=k - 1),
+                              min_size=k + 2, max_size=8))
+    features = np.array([[1.0, *row] for row in rows])
+    truth = np.array(coef)
+    seconds = features @ truth
+    if np.any(seconds <= 1e-9):
+        return
+    got = cal.fit(features, seconds)
+    assert np.all(got >= 0)
+    assert np.allclose(features @ got, seconds, rtol=1e-6, atol=1e-9)
+
+
+def test_fit_never_goes_negative():
+    """Data that a negative latency would fit best gets a zero latency instead."""
+    nbytes = np.array([1.0, 2.0, 4.0, 8.0])
+    seconds = 2.0 * nbytes - 1.0
+    latency, per_byte = cal.fit(np.stack([np.ones(4), nbytes], axis=1), seconds)
+    assert latency == 0.0 and per_byte > 0
+
+
+def test_fit_bytes_finds_a_cache_size():
+    """Times that grow at one rate up to a size and faster beyond it get `cache` and `spill`."""
+    truth = Cost(latency=1e-6, bandwidth=80e9, cache=8e6, spill=30e9)
+    nbytes = np.array([4e3, 3e4, 2.6e5, 2e6, 8e6, 1.6e7, 3.2e7])
+    seconds = np.array([truth.time(b, 0.0) for b in nbytes])
+    cost, _ = cal.fit_bytes(nbytes, seconds)
+    assert cost.cache == 8e6
+    assert math.isclose(cost.bandwidth, 80e9, rel_tol=1e-6)
+    assert math.isclose(cost.spill, 30e9, rel_tol=1e-6)
+    straight = np.array([1e-6 + b / 50e9 for b in nbytes])
+    assert math.isinf(cal.fit_bytes(nbytes, straight)[0].cache)

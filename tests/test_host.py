@@ -1,0 +1,214 @@
+"""The host's contention in the model (asyncsim.host): waking idle workers, the GIL and its switch
+interval, releases, crowding of memory-bound kernels, cores shared with a spinning frontend, the
+blockers' own costs, and costs whose bytes outgrow a cache -- each off unless a profile asks."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from asyncsim import Profile, predict, record, simulate
+from asyncsim.profile import Cost, ProfileError
+
+
+def _exact(value):
+    return pytest.approx(value, rel=1e-9, abs=1e-15)
+
+
+def _profile(**kv) -> Profile:
+    base = dict(name="host", t1=1e-5, t3=2e-5, workers=1, cores=8,
+                costs={"cpu:*": Cost(latency=1e-4)})
+    base.update(kv)
+    return Profile(**base)
+
+
+def blocking_loop(nd, n=5):
+    x = nd.ones((4,))
+    x.wait_to_read()
+    with nd.benchmark("loop"):
+        for _ in range(n):
+            y = x + 1
+            y.wait_to_read()
+    return y
+
+
+def burst(nd, n=5):
+    x = nd.ones((4,))
+    x.wait_to_read()
+    with nd.benchmark("burst"):
+        ys = [x + 1 for _ in range(n)]
+        nd.waitall()
+    return ys
+
+
+def test_ideal_and_book_profiles_model_no_contention():
+    """The presets leave every host effect off, so the closed forms stay exact."""
+    for profile in (Profile.ideal(workers=4), Profile.preset("book")):
+        assert not profile.contended
+
+
+def test_an_idle_worker_takes_dispatch_to_start():
+    """With a blocker after each op, every op finds its worker asleep: each iteration costs
+    t1 + dispatch + t2 + t3."""
+    t1, t2, t3, d, n = 1e-5, 1e-4, 2e-5, 3e-5, 5
+    profile = _profile(t1=t1, t3=t3, dispatch=d, costs={"cpu:*": Cost(latency=t2)})
+    trace = predict(blocking_loop, profile, n=n)
+    assert trace.regions["loop"] == _exact(n * (t1 + d + t2 + t3))
+
+
+def test_a_busy_worker_takes_the_next_op_at_once():
+    """Ops queued behind a running one start when it ends: only the first pays dispatch."""
+    t1, t2, d, n = 1e-6, 1e-4, 3e-5, 5
+    profile = _profile(t1=t1, t3=0.0, dispatch=d, costs={"cpu:*": Cost(latency=t2)})
+    trace = predict(burst, profile, n=n)
+    assert trace.regions["burst"] == _exact(t1 + d + n * t2)
+
+
+def test_workers_wait_for_the_gil_while_the_frontend_issues():
+    """The frontend keeps the GIL while it issues back to back: the first op starts only when it
+    blocks in waitall (its issues take less than a switch interval)."""
+    t1, n = 1e-5, 20
+    profile = _profile(t1=t1, t3=0.0, gil=1e-6, costs={"cpu:*": Cost(latency=1e-6)})
+    trace = predict(burst, profile, n=n)
+    first = min(s.start for s in trace.spans_of(kind="exec") if s.name == "add_scalar")
+    last_issue = max(s.end for s in trace.spans_of("frontend", "issue"))
+    assert first >= last_issue
+
+
+def test_a_waiting_worker_gets_the_gil_after_a_switch_interval():
+    """When the frontend issues for longer than the switch interval, a waiting worker is handed
+    the GIL after `switch` seconds (plus a wake-up), before the frontend is done."""
+    t1, n, switch = 1e-4, 200, 2e-3
+    profile = _profile(t1=t1, t3=0.0, gil=1e-6, switch=switch, dispatch=1e-5,
+                       costs={"cpu:*": Cost(latency=1e-6)})
+    trace = predict(burst, profile, n=n)
+    region_start = trace.marks[0][1]
+    first = min(s.start for s in trace.spans_of(kind="exec") if s.name == "add_scalar")
+    last_issue = max(s.end for s in trace.spans_of("frontend", "issue"))
+    assert first < last_issue
+    assert first - region_start >= switch
+
+
+def test_a_finished_op_releases_dropped_buffers_on_its_worker():
+    """Each buffer that an op was the last to use, already dropped by the frontend, adds
+    `release` seconds to its worker after the op."""
+    def chain(nd, n=6):
+        x = nd.ones((4,))
+        x.wait_to_read()
+        with nd.benchmark("chain"):
+            for _ in range(n):
+                x = x + 1
+            x.wait_to_read()
+
+    t2, rel, n = 1e-4, 7e-6, 6
+    base = _profile(t1=1e-7, t3=0.0, dispatch=1e-9, costs={"cpu:*": Cost(latency=t2)})
+    plain = predict(chain, base, n=n).regions["chain"]
+    released = predict(chain, base.replace(release=rel), n=n).regions["chain"]
+    # op k frees the x it read (dropped as soon as op k was issued); the release comes after
+    # the op, so the last one falls after the wait on its result: n - 1 releases delay the chain
+    assert released - plain == _exact((n - 1) * rel)
+
+
+def test_crowding_stretches_kernels_that_run_together():
+    """Two memory-bound ops starting together: the first is alone when it starts, the second
+    finds one crowding kernel running and takes (1 + crowd) of its bytes time."""
+    def pair(nd):
+        x = nd.ones((1000,))
+        x.wait_to_read()
+        with nd.benchmark("pair"):
+            a = x + 1
+            b = x + 2
+            nd.waitall()
+        return a, b
+
+    bytes_time = 1e-3
+    op_bytes = 8000  # 1000 floats in, 1000 out
+    cost = Cost(bandwidth=op_bytes / bytes_time, crowd=0.5)
+    profile = _profile(workers=2, t1=1e-9, t3=0.0, costs={"cpu:*": cost})
+    runs = sorted(predict(pair, profile).spans_of(kind="exec"), key=lambda s: s.op_id)[-2:]
+    assert runs[0].duration == _exact(bytes_time)
+    assert runs[1].duration == _exact(1.5 * bytes_time)
+    uncrowded = profile.replace(**{"cpu:*.crowd": 0.0}, dispatch=1e-12)
+    runs = sorted(predict(pair, uncrowded).spans_of(kind="exec"), key=lambda s: s.op_id)[-2:]
+    assert runs[1].duration == _exact(bytes_time)
+
+
+def test_an_issuing_frontend_keeps_a_core_from_a_second_worker():
+    """Two workers on two cores: while the frontend issues it holds a core, so an op ready then
+    waits for a core (it gets the frontend's once the frontend blocks in waitall); with three
+    cores it starts at once. Four 1 ms ops issued 0.5 ms apart: 3.5 ms against 3.0 ms."""
+    t1, t2 = 5e-4, 1e-3
+    profile = _profile(workers=2, cores=2, t1=t1, t3=0.0, dispatch=1e-9, spin=2e-3,
+                       costs={"cpu:*": Cost(latency=t2)})
+    two = predict(burst, profile, n=4).regions["burst"]
+    three = predict(burst, profile.replace(cores=3), n=4).regions["burst"]
+    assert two == pytest.approx(7 * t1, abs=1e-8)  # dispatch (1 ns) aside
+    assert three == pytest.approx(6 * t1, abs=1e-8)
+
+
+def test_a_blocker_adds_its_frontend_cost_on_the_bytes_it_returns():
+    """asnumpy costs t3 plus its frontend:asnumpy cost for the array's bytes."""
+    def convert(nd):
+        x = nd.ones((1000,))
+        nd.waitall()
+        with nd.benchmark("asnumpy"):
+            x.asnumpy()
+
+    t3 = 2e-5
+    profile = Profile.ideal(t3=t3)
+    assert predict(convert, profile).regions["asnumpy"] == _exact(t3)
+    profile.costs["frontend:asnumpy"] = Cost(latency=1e-6, bandwidth=4000.0)
+    assert predict(convert, profile).regions["asnumpy"] == _exact(t3 + 1e-6 + 1.0)
+    assert profile.blocker("waitall") == t3
+
+
+def test_bytes_beyond_the_cache_move_at_the_spill_bandwidth():
+    """Cost.time: up to `cache` bytes at `bandwidth`, the rest at `spill`."""
+    cost = Cost(latency=1.0, bandwidth=10.0, cache=100.0, spill=5.0)
+    assert cost.time(50.0, 0.0) == _exact(1.0 + 5.0)
+    assert cost.time(300.0, 0.0) == _exact(1.0 + 10.0 + 40.0)
+    assert Cost(bandwidth=10.0).time(300.0, 0.0) == _exact(30.0)
+
+
+def test_new_fields_round_trip_and_are_checked(tmp_path):
+    """dispatch, gil, release, switch, spin and the Cost fields cache, spill, crowd survive a
+    JSON round trip; a negative crowd or a zero spill is refused in one line."""
+    profile = _profile(dispatch=1e-5, gil=2e-6, release=3e-6, switch=4e-3, spin=1e-3,
+                       costs={"cpu:*": Cost(latency=1e-6, bandwidth=1e9, cache=1e6,
+                                            spill=5e8, crowd=0.7)})
+    profile.save(tmp_path / "p.json")
+    assert Profile.load(tmp_path / "p.json") == profile
+    with pytest.raises(ProfileError, match="crowd"):
+        _profile(costs={"cpu:*": Cost(crowd=-1.0)})
+    with pytest.raises(ProfileError, match="spill"):
+        Profile.from_dict({"name": "p", "t1": 0, "t3": 0, "costs": {"cpu:*": {"spill": 0}}})
+    assert not math.isinf(profile.switch)
+
+
+_steps = st.lists(st.sampled_from(["add", "mul", "relu"]), min_size=1, max_size=25)
+
+
+def _chain(nd, steps, blockers):
+    x = nd.ones((16,))
+    for step, block in zip(steps, blockers, strict=True):
+        x = x + 1 if step == "add" else x * 2 if step == "mul" else x.relu()
+        if block:
+            x.wait_to_read()
+    nd.waitall()
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), steps=_steps, workers=st.integers(1, 3))
+def test_host_effects_only_add_time_to_a_chain(data, steps, workers):
+    """For a chain of dependent ops (one runs at a time), turning on wake-ups, the GIL and
+    releases never makes the run shorter."""
+    blockers = data.draw(st.lists(st.booleans(), min_size=len(steps), max_size=len(steps)))
+    program = record(_chain, steps=steps, blockers=blockers)
+    plain = _profile(workers=workers, costs={"cpu:*": Cost(latency=5e-5)})
+    hosted = plain.replace(dispatch=data.draw(st.floats(0, 1e-4)),
+                           gil=data.draw(st.floats(1e-7, 1e-5)),
+                           release=data.draw(st.floats(0, 1e-5)))
+    assert simulate(program, hosted).duration >= simulate(program, plain).duration - 1e-12
