@@ -74,12 +74,28 @@ def _predict(sc, profile, params, mode="async", max_inflight=None):
     return simulate(sc.record(**params), profile, mode=mode, max_inflight=max_inflight)
 
 
-def _run(sc, params, workers=None, mode="async", max_inflight=None):
+def _run(sc, params, workers=None, mode="async", max_inflight=None, warmup=False):
+    """Run on the real engine. With `warmup`, a first run is thrown away (kernels compiled,
+    buffers cached, pages faulted in: costs the model does not have) and the measured one runs
+    with Python's garbage collector paused, as `timeit` does."""
+    import gc
+
     import realexec
 
     # the scenarios name nd.gpu(i) themselves; arrays made without a ctx stay on the CPU
-    return realexec.run(sc.workload, workers=workers, mode=mode,
-                        max_inflight=max_inflight, **params)
+    def once():
+        return realexec.run(sc.workload, workers=workers, mode=mode,
+                            max_inflight=max_inflight, **params)
+
+    if not warmup:
+        return once()
+    once()
+    gc.collect()
+    gc.disable()
+    try:
+        return once()
+    finally:
+        gc.enable()
 
 
 def _book_rows(sc, trace) -> str:
@@ -120,7 +136,7 @@ def cmd_run(args) -> int:
               f"{sc.name}`, or set NUMBA_ENABLE_CUDASIM=1 to run under the CUDA simulator "
               f"(with --quick sizes)", file=sys.stderr)
         return 2
-    params = sc.kwargs(args.quick, **_pairs(args.param, "--param"))
+    params = sc.kwargs(args.quick, measure=True, **_pairs(args.param, "--param"))
     trace = _run(sc, params, args.workers, args.mode, args.max_inflight)
     print(trace.summary())
     if args.chrome:
@@ -139,13 +155,13 @@ def compare_one(sc, profile, out: Path | None, quick: bool, workers=None, progre
     """Predict and run one scenario; write its traces and figure; return (rows, pred, meas)."""
     from asyncsim import plot
 
-    params = sc.kwargs(quick)
+    params = sc.kwargs(quick, measure=True)
     pred = _predict(sc, profile, params)
     if sc.num_gpus and not gpu_here():
         meas = None
         rows = []
     else:
-        meas = _run(sc, params, workers=workers)
+        meas = _run(sc, params, workers=workers, warmup=True)
         rows = [r for r in compare(pred, meas) if r.name not in sc.measured_only]
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -153,7 +169,7 @@ def compare_one(sc, profile, out: Path | None, quick: bool, workers=None, progre
         pred.to_chrome(out / "traces" / f"{sc.name}.predicted.json")
         if meas is not None:
             meas.to_chrome(out / "traces" / f"{sc.name}.measured.json")
-            fig = plot.side_by_side(pred, meas, title=f"{sc.name}: {sc.description}")
+            fig = plot.side_by_side(pred, meas, title=f"{sc.name} (d2l {sc.section.split()[0]})")
         else:
             fig = plot.timeline(pred, title=f"{sc.name} (predicted only: no GPU here, "
                                             f"profile {profile.name})")

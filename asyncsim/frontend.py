@@ -11,6 +11,11 @@ through the backend), builds one `Op` record and hands it to a *backend*:
 A backend implements `issue(op, out_var, host)`, `sync(kind, var)`, `free(var)`,
 `mark(label, begin)` and `check_device(device)`. Frees follow CPython reference counting: when
 the last Python handle to an array goes, `NDArray.__del__` tells the backend, in program order.
+
+This is the real engine's push path too, so it is written for speed (about 1 us per op):
+arithmetic with a number, or with an array of the same shape, dtype and device, and relu and
+copy, take `ND._same`, which has nothing left to infer (`ops.SAME_SHAPE`); everything else goes
+through `ND._op` and `ops.infer`.
 """
 
 from __future__ import annotations
@@ -42,19 +47,56 @@ class Context:
 CPU = Context("cpu", 0)
 
 
-class NDArray:
-    """A handle to one var: shape, dtype and context are known at once; values only on a blocker."""
+def _arithmetic(name: str, scalar_name: str, in_place: bool = False):
+    """An NDArray operator: op `name` with an array, `scalar_name` with a Python or numpy number
+    (the result written into the left operand when `in_place`).
 
-    __slots__ = ("nd", "var", "shape", "dtype", "ctx", "nbytes", "__weakref__")
+    The two common cases take the fast path (`ND._same`): a number, and an array of the same nd
+    with the same shape, dtype and device. The rest (broadcasting, mixed devices or dtypes,
+    foreign objects) takes the general path, which checks and explains."""
+
+    def operator(self, other):
+        out = self if in_place else None
+        cls = other.__class__
+        if cls is float or cls is int:
+            return self.nd._same(scalar_name, (self,), {"scalar": float(other)}, out)
+        if cls is NDArray:
+            if (other.shape == self.shape and other.nd is self.nd
+                    and other.device == self.device and other.dtype == self.dtype):
+                return self.nd._same(name, (self, other), {}, out)
+            return self.nd._op(name, (self, other), {}, out=out)
+        if isinstance(other, int | float | np.number):
+            return self.nd._same(scalar_name, (self,), {"scalar": float(other)}, out)
+        return NotImplemented
+
+    return operator
+
+
+class NDArray:
+    """A handle to one var: shape, dtype and context are known at once; values only on a blocker.
+
+    `device` is the memory-pool name of `ctx` ("cpu", "gpu0"), kept so the push path reads a
+    slot instead of calling `Context.device` per op."""
+
+    __slots__ = ("nd", "var", "shape", "dtype", "ctx", "device", "nbytes", "__weakref__")
 
     def __init__(self, nd: ND, var: int, shape: tuple[int, ...], dtype: str, ctx: Context,
-                 nbytes: int):
-        self.nd, self.var, self.shape, self.dtype, self.ctx = nd, var, shape, dtype, ctx
+                 device: str, nbytes: int):
+        self.nd = nd
+        self.var = var
+        self.shape = shape
+        self.dtype = dtype
+        self.ctx = ctx
+        self.device = device
         self.nbytes = nbytes
 
     def __del__(self):
-        with contextlib.suppress(Exception):  # interpreter shutdown may have torn things down
-            self.nd._backend.free(self.var)
+        # try/except rather than contextlib.suppress: this runs once per op and costs nothing
+        # when nothing is raised
+        try:
+            self.nd._free(self.var)
+        except Exception:  # interpreter shutdown may have torn things down
+            pass
 
     # -- properties --------------------------------------------------------------------------
     @property
@@ -73,51 +115,20 @@ class NDArray:
         return self.shape[0]
 
     # -- arithmetic ----------------------------------------------------------------------------
-    def _binary(self, other, name, scalar_name, out=None):
-        if isinstance(other, NDArray):
-            return self.nd._op(name, (self, other), {}, out=out)
-        if isinstance(other, int | float | np.number):
-            return self.nd._op(scalar_name, (self,), {"scalar": float(other)}, out=out)
-        return NotImplemented
-
-    def __add__(self, o):
-        return self._binary(o, "add", "add_scalar")
-
-    def __radd__(self, o):
-        return self._binary(o, "add", "add_scalar")
-
-    def __sub__(self, o):
-        return self._binary(o, "sub", "sub_scalar")
-
-    def __rsub__(self, o):
-        return self._binary(o, "sub", "rsub_scalar")
-
-    def __mul__(self, o):
-        return self._binary(o, "mul", "mul_scalar")
-
-    def __rmul__(self, o):
-        return self._binary(o, "mul", "mul_scalar")
-
-    def __truediv__(self, o):
-        return self._binary(o, "div", "div_scalar")
-
-    def __rtruediv__(self, o):
-        return self._binary(o, "div", "rdiv_scalar")
+    # each operator comes from `_arithmetic` (above): one Python call per `a + b`
+    __add__ = __radd__ = _arithmetic("add", "add_scalar")
+    __sub__ = _arithmetic("sub", "sub_scalar")
+    __rsub__ = _arithmetic("sub", "rsub_scalar")
+    __mul__ = __rmul__ = _arithmetic("mul", "mul_scalar")
+    __truediv__ = _arithmetic("div", "div_scalar")
+    __rtruediv__ = _arithmetic("div", "rdiv_scalar")
+    __iadd__ = _arithmetic("add", "add_scalar", in_place=True)
+    __isub__ = _arithmetic("sub", "sub_scalar", in_place=True)
+    __imul__ = _arithmetic("mul", "mul_scalar", in_place=True)
+    __itruediv__ = _arithmetic("div", "div_scalar", in_place=True)
 
     def __neg__(self):
-        return self.nd._op("mul_scalar", (self,), {"scalar": -1.0})
-
-    def __iadd__(self, o):
-        return self._binary(o, "add", "add_scalar", out=self)
-
-    def __isub__(self, o):
-        return self._binary(o, "sub", "sub_scalar", out=self)
-
-    def __imul__(self, o):
-        return self._binary(o, "mul", "mul_scalar", out=self)
-
-    def __itruediv__(self, o):
-        return self._binary(o, "div", "div_scalar", out=self)
+        return self.nd._same("mul_scalar", (self,), {"scalar": -1.0})
 
     def sum(self):
         return self.nd._op("sum", (self,), {})
@@ -129,7 +140,7 @@ class NDArray:
         return self.nd._op("norm", (self,), {})
 
     def relu(self):
-        return self.nd._op("relu", (self,), {})
+        return self.nd._same("relu", (self,), {})
 
     # -- first-axis indexing -------------------------------------------------------------------
     def _rows(self, key) -> dict:
@@ -169,7 +180,7 @@ class NDArray:
         return self if ctx.device == self.ctx.device else self.copyto(ctx)
 
     def copy(self) -> NDArray:
-        return self.nd._op("copy", (self,), {})
+        return self.nd._same("copy", (self,), {})
 
     # -- blockers ------------------------------------------------------------------------------
     def wait_to_read(self) -> None:
@@ -216,6 +227,7 @@ class ND:
             raise ValueError(f"device must be 'cpu' or 'gpu' (where arrays made without a ctx "
                              f"live), got {device!r}")
         self._backend = backend
+        self._free = backend.free  # bound once: every NDArray's __del__ calls it
         self._default = CPU if device == "cpu" else Context("gpu", 0)
         self._var_ids = itertools.count()
         self._op_ids = itertools.count()
@@ -283,31 +295,65 @@ class ND:
             self._backend.mark(label, False)
 
     # -- the one place an op is built ----------------------------------------------------------
+    # This is the push path of the real engine too, so it is written for speed: one pass over
+    # the inputs, no sets, the per-array facts (device, bytes) read from the NDArray's slots.
     def _op(self, name, inputs, attrs, ctx=None, out=None, host=None) -> NDArray:
-        # This is the push path of the real engine too: one pass over the inputs, no sets.
+        """Check the call (inputs, devices, then shapes and dtypes through `ops.infer`), build
+        the Op (and the Var of a fresh output), issue it; the result's handle."""
         in_bytes = 0
         for a in inputs:
             if a.__class__ is not NDArray or a.nd is not self:
                 raise TypeError(f"{name}: inputs must be NDArrays of this nd, got {a!r:.60}")
             in_bytes += a.nbytes
         if inputs:
-            device = inputs[0].ctx.device
-            if name != "copyto" and any(a.ctx.device != device for a in inputs):
-                devs = ", ".join(str(a.ctx) for a in inputs)
-                raise ValueError(f"{name}: inputs are on different devices ({devs}); "
-                                 f"move them with .copyto(ctx) first")
-            ctx = ctx or inputs[0].ctx
+            first = inputs[0]
+            if name != "copyto":
+                device = first.device
+                for a in inputs:
+                    if a.device != device:
+                        devs = ", ".join(str(a.ctx) for a in inputs)
+                        raise ValueError(f"{name}: inputs are on different devices ({devs}); "
+                                         f"move them with .copyto(ctx) first")
+            ctx = ctx or first.ctx
         else:
             self._check_ctx(ctx)
-        shapes = tuple(a.shape for a in inputs)
-        shape, dtype = ops.infer(name, shapes, tuple(a.dtype for a in inputs), attrs)
+        shapes = tuple([a.shape for a in inputs])
+        shape, dtype = ops.infer(name, shapes, tuple([a.dtype for a in inputs]), attrs)
         op_id = next(self._op_ids)
         if name in ("uniform", "normal"):
             attrs["seed"] = self._seed * 1_000_003 + op_id
-        nbytes = ops.nbytes(shape, dtype)
+        return self._build(op_id, name, inputs, attrs, ctx, ctx.device, shape, dtype,
+                           ops.nbytes(shape, dtype), in_bytes, ops.flops(name, shapes, shape),
+                           out, host)
+
+    def _same(self, name, inputs, attrs, out=None) -> NDArray:
+        """The fast path of `_op` for an op of `ops.SAME_SHAPE`, called by NDArray's own methods
+        on NDArrays of this nd that share one shape, dtype and device (the caller checked): the
+        result has that shape, dtype and device and costs a flop per element, so nothing is
+        left to infer or to check. tests/test_frontend_fast_path.py holds it to `_op`."""
+        first = inputs[0]
+        nbytes = first.nbytes
+        dtype = first.dtype
+        flops = float(nbytes // ops.ITEMSIZE[dtype])
+        if out is not None:
+            return self._build(next(self._op_ids), name, inputs, attrs, first.ctx, first.device,
+                               first.shape, dtype, nbytes, nbytes * len(inputs), flops, out,
+                               None)
+        # a fresh result, the common case: `_build` written out, one call less per op
+        op_id = next(self._op_ids)
+        var = next(self._var_ids)
+        shape, device = first.shape, first.device
+        reads = (first.var,) if len(inputs) == 1 else (first.var, inputs[1].var)
+        op = Op(op_id, name, reads, var, True, device, attrs, flops, nbytes * (1 + len(inputs)))
+        self._backend.issue(op, Var(var, shape, dtype, device, nbytes), None)
+        return NDArray(self, var, shape, dtype, first.ctx, device, nbytes)
+
+    def _build(self, op_id, name, inputs, attrs, ctx, device, shape, dtype, nbytes, in_bytes,
+               flops, out, host) -> NDArray:
+        """Make the Op (and for a fresh output its Var), issue it, return the result's handle."""
         if out is None:
             var = next(self._var_ids)
-            new = Var(var, shape, dtype, ctx.device, nbytes)
+            new = Var(var, shape, dtype, device, nbytes)
         else:
             if shape != out.shape:
                 raise ops.ShapeError(f"{name}: result of shape {shape} cannot be written in "
@@ -316,7 +362,9 @@ class ND:
                 inputs = (out, *inputs)
                 in_bytes += out.nbytes
             var, new = out.var, None
-        op = Op(op_id, name, tuple(a.var for a in inputs), var, out is None, ctx.device, attrs,
-                ops.flops(name, shapes, shape), nbytes + in_bytes)
+        reads = (inputs[0].var,) if len(inputs) == 1 else tuple([a.var for a in inputs])
+        op = Op(op_id, name, reads, var, out is None, device, attrs, flops, nbytes + in_bytes)
         self._backend.issue(op, new, host)
-        return out if out is not None else NDArray(self, var, shape, dtype, ctx, nbytes)
+        if out is not None:
+            return out
+        return NDArray(self, var, shape, dtype, ctx, device, nbytes)

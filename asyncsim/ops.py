@@ -170,6 +170,11 @@ OPS: dict[str, OpDef] = {d.name: d for d in _DEFS}
 # An op whose name is here writes its first input in place (out var == input 0).
 INPLACE = frozenset({"setitem", "setitem_scalar"})
 
+# Ops whose output, when all their inputs have one shape and dtype, has that shape and dtype and
+# costs one flop per element (binary and scalar arithmetic, relu, copies): the frontend's fast
+# path (`ND._same`) builds them without calling `infer` and `flops`.
+SAME_SHAPE = frozenset(d.name for d in _DEFS if d.flops is _elementwise and d.arity >= 1)
+
 
 def check_dtype(name: str, dtype: str) -> str:
     dtype = str(dtype)

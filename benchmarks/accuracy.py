@@ -43,13 +43,7 @@ from realexec.calibrate import BackgroundLoad, calibrate
 from realexec.frontend import machine
 
 NO_NUMPY = dict(numpy_part=False)
-SIZES = {  # scenario -> parameters that differ from its book parameters
-    "warmup": NO_NUMPY,
-    "torch_warmup_cpu": NO_NUMPY,
-    "sync_vs_async": dict(n=50),
-    "memory_no_barrier": dict(batch_size=128),
-    "memory_no_barrier_8_2": dict(batch_size=128),
-}
+SIZES = scenarios.MEASURE  # scenario -> parameters that differ from its book parameters
 QUICK_SIZES = {  # --quick: the book's shapes where they are cheap, smaller ones where not
     **SIZES,
     "warmup": dict(n=4, **NO_NUMPY),

@@ -8,8 +8,10 @@ to back, and the printed ratio is the engine's share of the baseline's speed (1.
 1. push: frontend microseconds per `y = x + 1` on a (1, 2) array. "issue span" is the backend's own
    push path (reserve the output, push, record); "nd per op" is the whole frontend per op,
    including the shared `asyncsim.frontend.ND` (its cost alone is the null-backend line) and, in
-   async mode, the GIL shared with the worker that runs the ops; "engine.push" pushes no-op
-   callables queued behind a held op, 1000 at a time (the engine's bookkeeping alone).
+   async mode, the GIL shared with the worker that runs the ops; "+ drain" adds the final
+   waitall, so it also counts the Python work the worker does per op (a frontend that pushes
+   tiny ops keeps the GIL, so the worker mostly runs them after the loop); "engine.push" pushes
+   no-op callables queued behind a held op, 1000 at a time (the engine's bookkeeping alone).
 2. y = x + 1 on 2000x2000 against np.copyto of the same bytes: with a wait_to_read each
    iteration (t1 + t2 + t3 each time), and pipelined (max_inflight=2, one waitall at the end).
 3. dot 2000x2000 (one worker, BLAS with every core) against np.dot.
@@ -34,7 +36,7 @@ import numpy as np
 import realexec
 from asyncsim.frontend import ND
 from realexec.engine import Engine, default_workers
-from realexec.frontend import EngineBackend, machine
+from realexec.frontend import EngineBackend, frozen_gc, machine
 from realexec.kernels import cpu
 
 US = 1e6
@@ -65,12 +67,14 @@ class NullBackend:
         return None
 
 
-def nd_per_op(nd, n: int) -> float:
+def nd_per_op(nd, n: int, drain: bool = False) -> float:
     x = nd.ones((1, 2))
     x.wait_to_read()
     start = time.perf_counter()
     for _ in range(n):
         y = x + 1
+    if drain:
+        nd.waitall()
     elapsed = time.perf_counter() - start
     del y
     return elapsed / n
@@ -84,7 +88,10 @@ def push_overhead(n: int) -> dict:
             nd.waitall()
             issues = [s.duration for s in nd._backend.trace().spans_of("frontend", "issue")]
             out[f"issue span, {mode}"] = statistics.median(issues)
-    with Engine(workers=1) as engine:
+            if mode == "async":
+                out["nd per op, async + drain"] = nd_per_op(nd, n, drain=True)
+    # as in a session, the objects that exist now stay out of the GC's full collections
+    with frozen_gc(), Engine(workers=1) as engine:
         held, target = engine.new_var(), engine.new_var()
         batch, elapsed = 1000, 0.0
         for _ in range(max(1, n // batch)):

@@ -13,6 +13,12 @@ An op is *granted* a var when its turn on that var comes; it is *ready* when it 
 op's vars and appends to `ready` the ops that became ready. The caller (the engine) serialises both
 calls under its own lock; everything here is plain single-threaded code and is unit-tested as such.
 
+Deleting a var: MXNet pushes DeleteVariable as a write, which runs once every op pushed before it
+has finished. Nothing can be pushed on a var after its deletion (no handle to it is left), so that
+write runs exactly when the var goes *idle*. A var therefore keeps its deletion (`on_idle`, a
+callable, and `on_idle_args`), and `complete` reports it in `released` when the var goes idle: no
+op record, no queue entry, no lane, for the one "op" that every array gets.
+
 Errors: `complete(op, failure)` with a failure stores it on every var the op writes (the var is
 *poisoned*); `inherited_failure(op)` tells the engine an op touches a poisoned var, so it must not
 run and poisons its own outputs in turn, as MXNet propagates `var_exception`. `OpError` is what a
@@ -50,44 +56,48 @@ class Var:
     """One engine variable: a unit of data whose readers and writers are ordered."""
 
     __slots__ = ("name", "running_reads", "writing", "queue", "writes_pushed", "writes_done",
-                 "failure", "data")
+                 "failure", "data", "on_idle", "on_idle_args")
 
     def __init__(self, name: str = "", data=None):
         self.name = name
         self.running_reads = 0  # granted reads not yet finished
         self.writing = False  # a granted write not yet finished
-        self.queue: deque = deque()  # (op, is_write) waiting for their turn, in push order
+        # (op, is_write) waiting for their turn, in push order; made at the first op that has to
+        # wait, as most vars never see one (None reads as an empty queue)
+        self.queue: deque | None = None
         self.writes_pushed = 0  # counts let a blocker wait for "every write pushed so far"
         self.writes_done = 0
         self.failure: Failure | None = None
         self.data = data  # the payload the engine's user attaches (a buffer); unused here
+        self.on_idle = None  # the var's deletion, called as on_idle(*on_idle_args) when idle
+        self.on_idle_args: tuple = ()
 
     @property
     def idle(self) -> bool:
         return not (self.running_reads or self.writing or self.queue)
 
     def __repr__(self) -> str:
+        queued = len(self.queue) if self.queue else 0
         return (f"Var({self.name!r} reads={self.running_reads} writing={self.writing} "
-                f"queued={len(self.queue)})")
+                f"queued={queued})")
 
 
 class OpRecord:
     """One pushed op: what to call, the vars it touches, and how many grants it still lacks."""
 
-    __slots__ = ("fn", "args", "reads", "writes", "lane", "name", "op_id", "waiting", "inline",
-                 "counted")
+    __slots__ = ("fn", "args", "reads", "writes", "lane", "name", "op_id", "waiting")
 
-    def __init__(self, fn, args, reads, writes, lane=None, name="op", op_id=-1,
-                 inline=False, counted=True):
+    def __init__(self, fn, args, reads, writes, lane=None, name="op", op_id=-1):
         self.fn = fn
         self.args = args
-        self.reads, self.writes = distinct(reads, writes)
+        if len(reads) == 1 and len(writes) == 1 and reads[0] is not writes[0]:
+            self.reads, self.writes = reads, writes  # most ops: nothing to weed out
+        else:
+            self.reads, self.writes = distinct(reads, writes)
         self.lane = lane
         self.name = name
         self.op_id = op_id
         self.waiting = 0
-        self.inline = inline  # run by whoever makes it ready (a free), not by a lane's worker
-        self.counted = counted  # counts towards max_inflight
 
     def __repr__(self) -> str:
         return f"OpRecord({self.name!r} #{self.op_id}, waiting={self.waiting})"
@@ -122,26 +132,31 @@ class Deps:
         waiting = 0
         for v in op.reads:
             if v.writing or v.queue:
-                v.queue.append((op, False))
+                _enqueue(v, op, False)
                 waiting += 1
             else:
                 v.running_reads += 1
         for v in op.writes:
             v.writes_pushed += 1
             if v.writing or v.running_reads or v.queue:
-                v.queue.append((op, True))
+                _enqueue(v, op, True)
                 waiting += 1
             else:
                 v.writing = True
         op.waiting = waiting
         return waiting == 0
 
-    def complete(self, op: OpRecord, failure: Failure | None, ready: list) -> None:
-        """Release `op`'s vars (poisoning its writes on failure); newly ready ops go to `ready`."""
+    def complete(self, op: OpRecord, failure: Failure | None, ready: list,
+                 released: list | None = None) -> None:
+        """Release `op`'s vars (poisoning its writes on failure); newly ready ops go to `ready`,
+        and deleted vars that went idle (their `on_idle` still to call) to `released`."""
         for v in op.reads:
             v.running_reads -= 1
-            if v.running_reads == 0 and v.queue:
-                self._grant(v, ready)
+            if v.running_reads == 0:
+                if v.queue:
+                    self._grant(v, ready)
+                elif v.on_idle is not None:  # no write runs beside reads: idle now
+                    released.append(v)
         for v in op.writes:
             if failure is not None:
                 v.failure = failure
@@ -149,6 +164,8 @@ class Deps:
             v.writes_done += 1
             if v.queue:
                 self._grant(v, ready)
+            elif v.on_idle is not None:  # no read runs beside a write: idle now
+                released.append(v)
 
     @staticmethod
     def _grant(v: Var, ready: list) -> None:
@@ -181,3 +198,9 @@ class Deps:
             if v.failure is not None:
                 return v.failure
         return None
+
+
+def _enqueue(v: Var, op: OpRecord, is_write: bool) -> None:
+    if v.queue is None:
+        v.queue = deque()
+    v.queue.append((op, is_write))

@@ -19,9 +19,19 @@ Vocabulary, shared with `asyncsim.simulate` so the two read as one design:
 Times: `time.perf_counter_ns`, kept as raw ns tuples in `log` (cheap to append from any thread)
 and turned into `Span`s (seconds from `origin_ns`) only by `spans()`.
 
-Waiting: a blocker first spins for `spin_s`, giving the GIL away each round (`os.sched_yield`
-releases it), so the worker that finishes the op can take the GIL and the frontend sees it within
-microseconds; then it falls back to a Condition with a short timeout, so Ctrl-C is delivered.
+Costs, and the GIL: a push costs the frontend about 2 us of Python (5 us with the `nd` layer on
+top) and each op costs its worker about as much again (completing it, calling the kernel,
+logging, releasing memory). Both need the GIL, so tiny ops cannot overlap on CPython: a frontend
+that keeps pushing keeps the GIL (a worker gets it at the 5 ms switch interval, or when the
+frontend blocks), ops queue up, and they run while the frontend waits. The concurrency comes from
+kernels that drop the GIL (numba's nogil loops, BLAS): large ops overlap each other and the
+frontend.
+
+Waiting: a blocker first spins for `spin_s` *without the GIL* (`realexec.spin`), watching a
+counter that each worker bumps after every op, as the last thing before its queue lets go of the
+GIL; so the worker finishing the op never waits for the GIL, and the frontend takes it back, free,
+within microseconds. Then the blocker falls back to a Condition with a short timeout, so Ctrl-C is
+delivered.
 
 Errors: a kernel that raises poisons the vars it writes; ops touching a poisoned var do not run
 and poison their own writes. The error surfaces as `OpError` (raised from the original exception)
@@ -36,20 +46,18 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
 import weakref
 from queue import SimpleQueue
 from time import perf_counter_ns
 
 from asyncsim.trace import Span
 from realexec.deps import Deps, Failure, OpError, OpRecord, Var
+from realexec.spin import Progress
 
 FRONTEND = "frontend"
 MODES = ("async", "sync")
 _POLL_S = 0.05  # a sleeping blocker re-checks this often (and lets KeyboardInterrupt in)
 _STOP = None  # a worker's sentinel
-# gives the GIL (and the core) away for a moment; sched_yield is POSIX-only
-_yield = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))
 
 
 def default_workers() -> int:
@@ -95,8 +103,12 @@ class Engine:
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._sleepers = 0  # frontend waits blocked on _cond: workers notify only if any
+        self._progress = Progress()  # bumped by workers, watched by spinning blockers
         self._pushed = self._done = self._inflight = 0
         self._failures: list[Failure] = []  # raised by kernels, not yet reported by wait_all
+        # set (under the lock) at the first failure: until then no var can be poisoned, so a
+        # ready op skips the look for an inherited failure
+        self._tainted = False
         self._closed = False
         self.lanes: dict[str, Lane] = {}
         self.log: list[tuple] = []  # (lane, kind, name, op_id, start_ns, end_ns)
@@ -170,18 +182,21 @@ class Engine:
 
     def delete_var(self, var: Var, fn=None, args=()) -> None:
         """Forget `var` once every op pushed on it has finished, then call `fn(*args)` (release
-        its memory). Pushed as a write, as MXNet's DeleteVariable is; it runs inline wherever it
-        becomes ready, leaves no span and does not count towards max_inflight."""
+        its memory). MXNet pushes this as a write; a write pushed last runs when the var goes
+        idle, so the var keeps `fn` as its `on_idle` and whoever completes its last op calls it
+        (`realexec.deps`). No span; counted as pending until called (wait_all waits for memory to
+        come back), but not towards max_inflight."""
         fn = fn or _nothing
         if self._closed:
             fn(*args)
             return
         with self._lock:
-            idle = var.idle  # nothing pending on it, and no handle left to push more: free now
+            # nothing pending on it (Var.idle, written out: a free per op), and no handle left
+            # to push more: free now
+            idle = not (var.running_reads or var.writing or var.queue)
             if not idle:
-                op = OpRecord(fn, args, (), (var,), None, "free", -1, inline=True, counted=False)
+                var.on_idle, var.on_idle_args = fn, args
                 self._pushed += 1
-                self._deps.add(op)  # never ready at once: var has a running or queued op
         if idle:
             fn(*args)
 
@@ -222,15 +237,10 @@ class Engine:
             raise OpError.of(failures[0], len(failures) - 1) from failures[0].exc
 
     def _wait(self, done) -> None:
-        """Return when `done()` holds: spin (handing the GIL over) for up to spin_s, then sleep
-        on the condition in short timeouts."""
-        if done():
+        """Return when `done()` holds: spin without the GIL for up to spin_s, waking at each op a
+        worker finishes (`realexec.spin`), then sleep on the condition in short timeouts."""
+        if done() or self._progress.spin(done, perf_counter_ns() + self._spin_ns):
             return
-        spin_until = perf_counter_ns() + self._spin_ns
-        while perf_counter_ns() < spin_until:
-            _yield()
-            if done():
-                return
         with self._cond:
             self._sleepers += 1
             try:
@@ -241,16 +251,19 @@ class Engine:
 
     # -- execution -----------------------------------------------------------------------------
     def _work(self, lane: Lane, label: str) -> None:
-        get = lane.queue.get
+        get, counts = lane.queue.get, self._progress.counts
         while True:
             op = get()
             if op is _STOP:
                 return
             self._run(op, label)
+            # the last thing before get() lets go of the GIL (when the queue is empty): a
+            # blocker spinning on it then finds the GIL free (realexec.spin)
+            counts[0] += 1
 
-    def _run(self, op: OpRecord, label: str | None) -> None:
+    def _run(self, op: OpRecord, label: str) -> None:
         """Run one ready op on this thread (unless it inherits a failure), then complete it."""
-        failure = None if op.inline else Deps.inherited_failure(op)
+        failure = Deps.inherited_failure(op) if self._tainted else None
         own = False
         if failure is None:
             start = perf_counter_ns()
@@ -258,25 +271,43 @@ class Engine:
                 op.fn(*op.args)
             except BaseException as exc:  # any error of a kernel belongs to its op
                 failure, own = Failure(op.name, op.op_id, exc), True
-            if label is not None and op.lane.log:
+            if op.lane.log:
                 self.log.append((label, op.lane.kind, op.name, op.op_id, start, perf_counter_ns()))
         ready: list[OpRecord] = []
+        released: list[Var] = []
         with self._lock:
-            self._deps.complete(op, failure, ready)
+            self._deps.complete(op, failure, ready, released)
             self._done += 1
-            if op.counted:
-                self._inflight -= 1
+            self._inflight -= 1
             if own:
                 self._failures.append(failure)
+                self._tainted = True
             if self._sleepers:
                 self._cond.notify_all()
         for r in ready:
-            if r.inline:
-                self._run(r, None)
-            else:
-                r.lane.queue.put(r)
+            r.lane.queue.put(r)
+        if released:
+            self._release(released)
         if own and self._sync and isinstance(failure.exc, KeyboardInterrupt):
             raise failure.exc  # Ctrl-C inside a sync-mode op is the user's, not the op's
+
+    def _release(self, released: list[Var]) -> None:
+        """Call the deletions of vars that went idle (outside the lock: they give memory back),
+        then count them as done."""
+        failures = []
+        for var in released:
+            fn, args = var.on_idle, var.on_idle_args
+            var.on_idle, var.on_idle_args = None, ()
+            try:
+                fn(*args)
+            except BaseException as exc:  # reported by wait_all, as a kernel's error would be
+                failures.append(Failure("free", -1, exc))
+        with self._lock:
+            self._done += len(released)
+            if failures:
+                self._failures += failures
+            if self._sleepers:
+                self._cond.notify_all()
 
     # -- trace and shutdown --------------------------------------------------------------------
     def spans(self) -> list[Span]:

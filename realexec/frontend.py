@@ -25,7 +25,9 @@ simulator (NUMBA_ENABLE_CUDASIM=1).
 from __future__ import annotations
 
 import contextlib
+import gc
 import platform
+import threading
 from time import perf_counter_ns
 
 import numpy as np
@@ -33,6 +35,7 @@ import numpy as np
 from asyncsim.frontend import ND
 from asyncsim.record import check_params, check_workload
 from asyncsim.trace import Span, Trace
+from realexec.deps import Var
 from realexec.engine import FRONTEND, Engine, default_workers
 from realexec.gpu_backend import GpuBackend
 from realexec.gpu_device import check_gpu
@@ -53,6 +56,7 @@ class EngineBackend(GpuBackend):
         self.pools = {"cpu": Pool("cpu")}  # GPUs add theirs ("gpu0": a GpuPool) when first named
         self.kernels = cpu.KERNELS
         self.vars: dict = {}  # frontend var id -> engine Var (its name is its device)
+        self._release_cpu = self.pools["cpu"].release  # bound once: a free per op passes it
         self._init_gpu()
         self.marks: list[tuple[str, int, int]] = []
         self._open_marks: list[tuple[str, int]] = []
@@ -68,27 +72,38 @@ class EngineBackend(GpuBackend):
             self._add_gpu(device)
 
     def issue(self, op, out_var, host) -> None:
-        if self.engine.max_inflight is not None:
-            self.engine.throttle(op.name, op.id)  # before reserving: the cap bounds memory too
+        engine = self.engine
+        if engine.max_inflight is not None:
+            engine.throttle(op.name, op.id)  # before reserving: the cap bounds memory too
         t_issue = perf_counter_ns()
-        if self.gpus and (op.device != "cpu" or op.attrs.get("src", "cpu") != "cpu"):
+        gpus = self.gpus
+        if gpus and (op.device != "cpu" or op.attrs.get("src", "cpu") != "cpu"):
             self._issue_gpu(op, out_var, host, t_issue)
             return
         vars_ = self.vars
         if out_var is not None:
-            buf = self.pools[out_var.device].acquire(out_var.shape, out_var.dtype)
-            out = self.engine.new_var(out_var.device, buf)
+            device = out_var.device
+            out = Var(device, self.pools[device].acquire(out_var.shape, out_var.dtype))
             vars_[out_var.id] = out
         else:
             out = vars_[op.out]
-        reads = tuple([vars_[v] for v in op.reads])
-        inputs = (host,) if host is not None else tuple([v.data for v in reads])
+        names = op.reads
+        if len(names) == 1:  # most ops read one var: skip the list building
+            reads = (vars_[names[0]],)
+        else:
+            reads = tuple([vars_[v] for v in names])
+        if host is not None:
+            inputs = (host,)
+        elif len(reads) == 1:
+            inputs = (reads[0].data,)
+        else:
+            inputs = tuple([v.data for v in reads])
         fn, args = self.kernels[op.name], (inputs, out.data, op.attrs)
-        if self.gpus:
+        if gpus:
             copied = tuple([v for v in reads if type(v) is StreamVar])
             if copied:  # buffers a copy from a GPU fills: wait for those copies first
                 fn, args = after_device, (fn, copied, *args)
-        self.engine.push(fn, reads, (out,), "cpu", op.name, args, op.id, t_issue)
+        engine.push(fn, reads, (out,), "cpu", op.name, args, op.id, t_issue)
 
     def sync(self, kind: str, var: int | None):
         start = perf_counter_ns()
@@ -121,7 +136,7 @@ class EngineBackend(GpuBackend):
         if type(ev) is StreamVar:
             self._free_stream_var(ev)
         else:
-            self.engine.delete_var(ev, self.pools[ev.name].release, (ev.data,))
+            self.engine.delete_var(ev, self._release_cpu, (ev.data,))
 
     def drain(self) -> None:
         """Wait, without a span, until every op pushed so far has run (on every device)."""
@@ -209,6 +224,34 @@ def _blas_threads() -> int | None:
     return max(counts) if counts else None
 
 
+_frozen_sessions = 0
+_frozen_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def frozen_gc():
+    """Keep the objects that exist now out of the cyclic GC's full collections until the block
+    ends (`gc.freeze`, then `gc.unfreeze`; nested and concurrent blocks unfreeze at the last exit).
+
+    Why: a full collection walks every container object in the process, and numba's compiler
+    alone leaves ~100k of them, so one costs ~40 ms here. Ops queued in async mode (an op record,
+    its vars and tuples each) live long enough to trigger full collections every few thousand
+    pushes: without the freeze they cost more per push than the push itself. Objects made
+    inside the block are collected as usual; cycles among the frozen ones wait for the exit."""
+    global _frozen_sessions
+    with _frozen_lock:
+        if _frozen_sessions == 0:
+            gc.freeze()
+        _frozen_sessions += 1
+    try:
+        yield
+    finally:
+        with _frozen_lock:
+            _frozen_sessions -= 1
+            if _frozen_sessions == 0:
+                gc.unfreeze()
+
+
 @contextlib.contextmanager
 def session(workers: int | None = None, mode: str = "async", max_inflight: int | None = None,
             seed: int = 0, device: str = "cpu"):
@@ -220,7 +263,9 @@ def session(workers: int | None = None, mode: str = "async", max_inflight: int |
         125000000.0
 
     BLAS gets cores // workers threads meanwhile (so W concurrent products do not oversubscribe
-    the cores; all cores in sync mode), and its previous setting is restored afterwards."""
+    the cores; all cores in sync mode), and its previous setting is restored afterwards. The
+    objects that exist when the session starts are moved out of the cyclic GC's way until it
+    ends (`frozen_gc`)."""
     global _warm
     if not _warm:  # compile (or load from numba's cache) before any timing starts
         cpu.warmup(("float32", "float64"))
@@ -230,24 +275,25 @@ def session(workers: int | None = None, mode: str = "async", max_inflight: int |
                          f"live), got {device!r}")
     check_device("cpu" if device == "cpu" else "gpu0")
     before = _blas_threads()
-    engine = Engine(workers=workers, mode=mode, max_inflight=max_inflight)
-    backend = None
-    try:
-        backend = EngineBackend(engine, device)
-        cores = default_workers()
-        cpu.set_blas_threads(cores if mode == "sync" else max(1, cores // engine.workers))
-        if device == "gpu":
-            backend.check_device("gpu0")  # set up (and on a real GPU, compile) before timing
-        yield ND(backend, seed=seed, device=device)
-    finally:
+    with frozen_gc():
+        engine = Engine(workers=workers, mode=mode, max_inflight=max_inflight)
+        backend = None
         try:
-            if backend is not None:
-                backend.close()
-            else:
-                engine.close()
+            backend = EngineBackend(engine, device)
+            cores = default_workers()
+            cpu.set_blas_threads(cores if mode == "sync" else max(1, cores // engine.workers))
+            if device == "gpu":
+                backend.check_device("gpu0")  # set up (and on a real GPU, compile) before timing
+            yield ND(backend, seed=seed, device=device)
         finally:
-            if before is not None:
-                cpu.set_blas_threads(before)
+            try:
+                if backend is not None:
+                    backend.close()
+                else:
+                    engine.close()
+            finally:
+                if before is not None:
+                    cpu.set_blas_threads(before)
 
 
 def run(workload, device: str = "cpu", workers: int | None = None, mode: str = "async",

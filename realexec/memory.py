@@ -14,8 +14,8 @@ buffer wastes at most 2 MiB or half of a small request.
 Accounting follows DESIGN.md: *live bytes* are the bytes of the arrays handed out and not yet
 released (the requested bytes, not the rounded class), which is what `asyncsim.simulate` predicts;
 the engine calls `release` only when the last handle is gone and every op reading the array has
-finished. Each change appends a sample `(t_ns, device, live_bytes)` to `samples`; `peak_bytes` is
-the maximum.
+finished. Each change records a sample, read back as `(t_ns, device, live_bytes)` from `samples`;
+`peak_bytes` is the maximum.
 
 Buffers from elsewhere (a GPU copy's pinned host buffer) are counted on a Pool's device with
 `track`/`untrack`; GPU memory has its own accounting (`realexec.gpu_device.GpuPool`).
@@ -26,8 +26,10 @@ microseconds a read); it gives None where /proc is missing.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
+from array import array
 from time import perf_counter_ns
 
 import numpy as np
@@ -48,13 +50,15 @@ def size_class(nbytes: int) -> int:
 
 class BufferCache:
     """Free buffers by size class, shared by every Pool of one device in this process (as
-    PyTorch's caching allocator is), so a second run reuses the first run's pages. Its `lock`
-    also guards the accounting of the Pools that draw from it (one lock per acquire/release)."""
+    PyTorch's caching allocator is), so a second run reuses the first run's pages. A buffer is
+    kept as the array last cut from it, so a request of the same shape and dtype takes that
+    array back as it is. Its `lock` also guards the accounting of the Pools that draw from it
+    (one lock per acquire/release)."""
 
     def __init__(self, max_bytes: int = 1 << 30):
         self.max_bytes = max_bytes
         self.cached_bytes = 0
-        self.free: dict[int, list[np.ndarray]] = {}
+        self.free: dict[int, list[np.ndarray]] = {}  # size class -> released arrays
         self.lock = threading.Lock()
 
     def clear(self) -> None:
@@ -71,7 +75,22 @@ def shared_cache(device: str) -> BufferCache:
     return _caches.setdefault(device, BufferCache())
 
 
-_DTYPES: dict[str, np.dtype] = {}
+# (shape, dtype name) -> (numpy dtype, requested bytes, size class): the push path asks for the
+# same few layouts over and over; capped so a program of ever-new shapes cannot grow it unbounded
+_LAYOUTS: dict[tuple, tuple[np.dtype, int, int]] = {}
+_MAX_LAYOUTS = 4096
+
+
+def _layout(shape: tuple[int, ...], dtype: str) -> tuple[np.dtype, int, int]:
+    key = (shape, dtype)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        dt = np.dtype(dtype)
+        nbytes = dt.itemsize * math.prod(shape)
+        layout = (dt, nbytes, size_class(nbytes))
+        if len(_LAYOUTS) < _MAX_LAYOUTS:
+            _LAYOUTS[key] = layout
+    return layout
 
 
 class Pool:
@@ -85,53 +104,61 @@ class Pool:
         self.live_bytes = 0
         self.peak_bytes = 0
         self.hits = self.misses = 0
-        self.samples: list[tuple[int, str, int]] = [(perf_counter_ns(), device, 0)]
+        # the samples as two int arrays (appended together, under the lock): a sample per
+        # acquire and per release, so no tuple per op for the cyclic GC to count and walk
+        self._times = array("q", [perf_counter_ns()])
+        self._lives = array("q", [0])
+
+    @property
+    def samples(self) -> list[tuple[int, str, int]]:
+        """(t_ns, device, live_bytes) at every change, oldest first."""
+        with self.cache.lock:  # copies of the arrays (not GC-tracked) that agree in length
+            times, lives = self._times[:], self._lives[:]
+        device = self.device
+        return [(t, device, live) for t, live in zip(times, lives, strict=True)]
 
     def acquire(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
         """An uninitialised C-contiguous array of `shape` and `dtype`, counted as live."""
-        dt = _DTYPES.get(dtype)
-        if dt is None:
-            dt = _DTYPES.setdefault(dtype, np.dtype(dtype))
-        nbytes = dt.itemsize
-        for n in shape:
-            nbytes *= n
-        size = size_class(nbytes)
+        layout = _LAYOUTS.get((shape, dtype)) or _layout(shape, dtype)
+        dt, nbytes, size = layout
         cache = self.cache
         # no object the cyclic GC tracks is made inside the lock, so a GC-run free (which
         # releases, taking this lock) cannot start there
         with cache.lock:
             free = cache.free.get(size)
             if free:
-                raw = free.pop()
+                spare = free.pop()
                 cache.cached_bytes -= size
                 self.hits += 1
             else:
-                raw = None
+                spare = None
                 self.misses += 1
             self.live_bytes += nbytes
             live = self.live_bytes
             if live > self.peak_bytes:
                 self.peak_bytes = live
-            now = perf_counter_ns()
-        self.samples.append((now, self.device, live))
-        if raw is None:
-            raw = np.empty(size, np.uint8)  # outside the lock: fresh pages may take a while
-        return np.ndarray(shape, dt, raw)
+            self._times.append(perf_counter_ns())
+            self._lives.append(live)
+        if spare is None:
+            # outside the lock: fresh pages may take a while
+            return np.ndarray(shape, dt, np.empty(size, np.uint8))
+        if spare.shape == shape and spare.dtype is dt:
+            return spare  # the array released last time fits as it is: no view to build
+        return np.ndarray(shape, dt, spare.base)
 
     def release(self, array: np.ndarray) -> None:
-        """Give back an array that `acquire` returned; its buffer goes to the cache (or back to
-        the OS when the cache is full)."""
+        """Give back an array that `acquire` returned; it goes to the cache, where its buffer
+        serves the next request of its size class (or back to the OS when the cache is full)."""
         raw = array.base
-        assert raw is not None and raw.dtype == np.uint8, "not an array from a Pool"
+        assert raw is not None and raw.itemsize == 1, "not an array from a Pool"
         cache, size, spare = self.cache, raw.size, []
         with cache.lock:  # nothing GC-tracked is made in here (see acquire)
             self.live_bytes -= array.nbytes
-            live = self.live_bytes
-            now = perf_counter_ns()
+            self._times.append(perf_counter_ns())
+            self._lives.append(self.live_bytes)
             if cache.cached_bytes + size <= cache.max_bytes:
-                cache.free.setdefault(size, spare).append(raw)
+                cache.free.setdefault(size, spare).append(array)
                 cache.cached_bytes += size
-        self.samples.append((now, self.device, live))
 
     def track(self, nbytes: int) -> None:
         """Count `nbytes` of a buffer that this Pool did not hand out as live on its device (the
@@ -147,8 +174,8 @@ class Pool:
             live = self.live_bytes
             if live > self.peak_bytes:
                 self.peak_bytes = live
-            now = perf_counter_ns()
-        self.samples.append((now, self.device, live))
+            self._times.append(perf_counter_ns())
+            self._lives.append(live)
 
     def __repr__(self) -> str:
         return (f"Pool({self.device}: live {self.live_bytes / _MIB:.2f} MiB, peak "

@@ -16,16 +16,36 @@ Usage: `asyncsim.record(get('sync_vs_async').workload, **get('sync_vs_async').qu
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from asyncsim.scenarios import async_compute, auto_parallel, compute_perf, memory, pytorch_async
 from asyncsim.scenarios.base import DEVICES, Scenario, UnknownScenarioError
 
-__all__ = ["DEVICES", "SCENARIOS", "Scenario", "UnknownScenarioError", "get", "names"]
+__all__ = ["DEVICES", "MEASURE", "SCENARIOS", "Scenario", "UnknownScenarioError", "get", "names"]
+
+
+# Sizes for real runs (`asyncsim compare`, `asyncsim figures`, benchmarks/accuracy.py) where the
+# book's would not do on a small machine: the 'numpy' part of the warm-ups is plain NumPy on the
+# frontend that a prediction cannot see; the book's 2000x2000 loop without a per-iteration blocker
+# holds up to 1000 live outputs (16 GB) and the memory experiment without one holds 4.8 GB:
+# the effect the chapter warns about, and far more than realexec's 1 GiB buffer cache keeps, so
+# every run would fault in fresh pages, a cost the model does not have.
+_NO_NUMPY = {"numpy_part": False}
+MEASURE = {
+    "warmup": _NO_NUMPY,
+    "torch_warmup_cpu": _NO_NUMPY,
+    "sync_vs_async": {"n": 50},
+    "memory_no_barrier": {"batch_size": 128},
+    "memory_no_barrier_8_2": {"batch_size": 128},
+}
 
 
 def _collect() -> dict[str, Scenario]:
     table: dict[str, Scenario] = {}
     for module in (async_compute, memory, auto_parallel, pytorch_async, compute_perf):
         for scenario in module.SCENARIOS:
+            if scenario.name in MEASURE:
+                scenario = replace(scenario, measure=MEASURE[scenario.name])
             if scenario.name in table:
                 raise ValueError(f"scenario {scenario.name!r} is registered twice")
             table[scenario.name] = scenario

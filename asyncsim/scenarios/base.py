@@ -37,6 +37,7 @@ class Scenario:
     book_source: str = ""  # the file and section the book's numbers come from
     book_note: str = ""  # how the book's run differs from this workload, other numbers
     measured_only: tuple[str, ...] = ()  # regions of plain-numpy work: a prediction sees none
+    measure: dict = field(default_factory=dict)  # overrides of `params` for real runs (below)
 
     def __post_init__(self):
         if self.devices not in DEVICES:
@@ -53,9 +54,12 @@ class Scenario:
         """How many GPUs the scenario addresses (gpu0 .. gpu{n-1})."""
         return {"cpu": 0, "cpu+gpu": 1, "cpu+2gpu": 2}[self.devices]
 
-    def kwargs(self, quick: bool = False, **overrides) -> dict:
-        """The parameters to call the workload with: defaults (or quick ones) plus overrides."""
+    def kwargs(self, quick: bool = False, measure: bool = False, **overrides) -> dict:
+        """The parameters to call the workload with: the book's (or quick ones, or the book's
+        with the `measure` overrides that keep a real run within memory) plus overrides."""
         base = dict(self.quick if quick else self.params)
+        if measure and not quick:
+            base.update(self.measure)
         unknown = sorted(set(overrides) - set(self.params))
         if unknown:
             raise TypeError(f"{self.name}: unknown parameter(s) {', '.join(unknown)}; "

@@ -8,8 +8,9 @@ inputs[0]`.
 
 Assumptions:
 - inputs have out's dtype (float32 or float64) and are C-contiguous; a non-contiguous input is
-  still computed right, it only pays a copy in `reshape(-1)`. The input of `array` is any host
-  array and is converted as `np.copyto(..., casting="unsafe")` converts it.
+  still computed right, it only pays a copy in `ravel()`. `out` is C-contiguous (the pool's), so
+  its `ravel()` is a view that writes through. The input of `array` is any host array and is
+  converted as `np.copyto(..., casting="unsafe")` converts it.
 - every loop is @njit(nogil=True, cache=True) and single-threaded: W worker threads run W kernels
   at once on W cores. `dot` calls numpy's BLAS, which also drops the GIL; `set_blas_threads`
   keeps BLAS's own threads from oversubscribing the cores that the workers use.
@@ -219,43 +220,43 @@ def _rows(a, attrs):
     """Flat view of rows start:stop of C-contiguous `a` (row `start` alone when squeezed)."""
     start = attrs["start"]
     stop = start + 1 if attrs.get("squeeze") else attrs["stop"]
-    return a[start:stop].reshape(-1)
+    return a[start:stop].ravel()
 
 
 # ---- the wrappers the engine calls: (inputs, out, attrs) -> None ----
 
 def _fill_kernel(value):
     def fill(inputs, out, attrs):
-        flat = out.reshape(-1)
+        flat = out.ravel()
         _scalar_flat(FILL, flat, value, flat)
     return fill
 
 
 def _full_kernel(inputs, out, attrs):
-    flat = out.reshape(-1)
+    flat = out.ravel()
     _scalar_flat(FILL, flat, float(attrs["value"]), flat)
 
 
 def _scalar_kernel(op):
     # float(): an int scalar would otherwise compile a second signature
     def scalar_op(inputs, out, attrs):
-        _scalar_flat(op, inputs[0].reshape(-1), float(attrs["scalar"]), out.reshape(-1))
+        _scalar_flat(op, inputs[0].ravel(), float(attrs["scalar"]), out.ravel())
     return scalar_op
 
 
 def _relu_kernel(inputs, out, attrs):
-    _scalar_flat(MAX, inputs[0].reshape(-1), 0.0, out.reshape(-1))
+    _scalar_flat(MAX, inputs[0].ravel(), 0.0, out.ravel())
 
 
 def _binary_kernel(op):
     def binary_op(inputs, out, attrs):
         a, b = inputs
         if a.shape == b.shape:
-            _binary_flat(op, a.reshape(-1), b.reshape(-1), out.reshape(-1))
+            _binary_flat(op, a.ravel(), b.ravel(), out.ravel())
         elif out.size:
             shape, a_strides, b_strides = _broadcast_plan(a.shape, b.shape, out.shape)
-            _binary_strided(op, a.reshape(-1), a_strides, b.reshape(-1), b_strides,
-                            out.reshape(-1), shape)
+            _binary_strided(op, a.ravel(), a_strides, b.ravel(), b_strides,
+                            out.ravel(), shape)
     return binary_op
 
 
@@ -266,12 +267,12 @@ def _random_seed(attrs):
 
 
 def _uniform_kernel(inputs, out, attrs):
-    _random(out.reshape(-1), False, float(attrs.get("low", 0.0)), float(attrs.get("high", 1.0)),
+    _random(out.ravel(), False, float(attrs.get("low", 0.0)), float(attrs.get("high", 1.0)),
             _random_seed(attrs))
 
 
 def _normal_kernel(inputs, out, attrs):
-    _random(out.reshape(-1), True, float(attrs.get("loc", 0.0)), float(attrs.get("scale", 1.0)),
+    _random(out.ravel(), True, float(attrs.get("loc", 0.0)), float(attrs.get("scale", 1.0)),
             _random_seed(attrs))
 
 
@@ -281,13 +282,13 @@ def _array_kernel(inputs, out, attrs):
 
 
 def _copy_kernel(inputs, out, attrs):
-    src = inputs[0].reshape(-1)
-    _binary_flat(COPY, src, src, out.reshape(-1))
+    src = inputs[0].ravel()
+    _binary_flat(COPY, src, src, out.ravel())
 
 
 def _slice_kernel(inputs, out, attrs):
     src = _rows(inputs[0], attrs)
-    _binary_flat(COPY, src, src, out.reshape(-1))
+    _binary_flat(COPY, src, src, out.ravel())
 
 
 def _setitem_kernel(inputs, out, attrs):
@@ -296,7 +297,7 @@ def _setitem_kernel(inputs, out, attrs):
     if not attrs.get("squeeze"):
         target_shape = (attrs["stop"] - attrs["start"],) + target_shape
     target = _rows(dst, attrs)
-    flat_src = src.reshape(-1)
+    flat_src = src.ravel()
     if src.shape == target_shape:
         _binary_flat(COPY, flat_src, flat_src, target)
     elif target.size:
@@ -310,16 +311,16 @@ def _setitem_scalar_kernel(inputs, out, attrs):
 
 
 def _sum_kernel(inputs, out, attrs):
-    out[()] = _sum64(inputs[0].reshape(-1), False)
+    out[()] = _sum64(inputs[0].ravel(), False)
 
 
 def _mean_kernel(inputs, out, attrs):
     a = inputs[0]
-    out[()] = _sum64(a.reshape(-1), False) / a.size if a.size else np.nan
+    out[()] = _sum64(a.ravel(), False) / a.size if a.size else np.nan
 
 
 def _norm_kernel(inputs, out, attrs):
-    out[()] = math.sqrt(_sum64(inputs[0].reshape(-1), True))
+    out[()] = math.sqrt(_sum64(inputs[0].ravel(), True))
 
 
 def _dot_kernel(inputs, out, attrs):

@@ -1,0 +1,74 @@
+"""Deleting an engine var (the frontend dropped its last handle): the release runs exactly once,
+when the last op pushed on the var has finished, as MXNet's DeleteVariable (a write pushed last)
+would; `wait_all` returns only after it ran.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import realexec
+from realexec.deps import Deps, OpRecord, Var
+
+
+def op(name, reads=(), writes=()):
+    return OpRecord(None, (), tuple(reads), tuple(writes), name=name)
+
+
+def _complete(deps, record):
+    ready, released = [], []
+    deps.complete(record, None, ready, released)
+    return ready, released
+
+
+def test_deleted_var_is_released_after_its_last_reader():
+    """With two readers and a queued writer pending, a deleted var is reported as released only
+    when the writer, its last op, completes."""
+    deps, a = Deps(), Var("a")
+    r1, r2, w = op("r1", reads=[a]), op("r2", reads=[a]), op("w", writes=[a])
+    deps.add(r1)
+    deps.add(r2)
+    deps.add(w)
+    a.on_idle = print  # what Engine.delete_var stores: the var has pending ops
+    assert _complete(deps, r1) == ([], [])
+    assert _complete(deps, r2) == ([w], [])
+    assert _complete(deps, w) == ([], [a])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.booleans(), min_size=1, max_size=8), st.integers(0, 2**32 - 1))
+def test_release_comes_once_after_every_op_whatever_the_order(writes, seed):
+    """For any mix of reads and writes on a deleted var, completed in any order the rules allow,
+    the var is released once, by the completion of the last op."""
+    rng = random.Random(seed)
+    deps, a = Deps(), Var("a")
+    ops = [op(f"op{i}", writes=[a]) if w else op(f"op{i}", reads=[a])
+           for i, w in enumerate(writes)]
+    running = [o for o in ops if deps.add(o)]
+    a.on_idle = print
+    releases, left = [], len(ops)
+    while running:
+        o = running.pop(rng.randrange(len(running)))
+        ready, released = _complete(deps, o)
+        left -= 1
+        running += ready
+        releases += [left] * len(released)
+    assert releases == [0]
+
+
+def test_wait_all_waits_for_the_release():
+    """A var deleted while an op still writes it is released when that op finishes, and
+    wait_all returns only after the release ran."""
+    gate, released = threading.Event(), []
+    with realexec.Engine(workers=1) as engine:
+        var = engine.new_var("v")
+        engine.push(gate.wait, (), (var,))
+        engine.delete_var(var, released.append, ("v",))
+        assert released == []  # its op is still running
+        gate.set()
+        engine.wait_all()
+        assert released == ["v"]
