@@ -132,7 +132,8 @@ class _Model:
                 yield timeout(issue_cost)
                 spans.append(Span("frontend", ins.name, ins.id, start, env.now, "issue"))
                 position = self._push(ins, queue)
-                if self.sync_mode:
+                if self.sync_mode or (profile.pageable and ins.name == "copyto"
+                                      and ins.device == "cpu" and ins.attrs["src"] != "cpu"):
                     start = env.now
                     yield self.done_events.setdefault(position, env.event())
                     yield timeout(profile.t3)
@@ -201,6 +202,8 @@ class _Model:
         _, lane_cost = self.profile.rule(op)
         if op.device == "cpu" and not link:
             queue = self.pool
+        elif link and op.device == "cpu" and self.profile.pageable:
+            queue = self.streams[op.attrs["src"], "compute"]  # serialised with compute
         elif link:  # the GPU end of the copy owns the copy engine (the destination for gpu->gpu)
             gpu = op.device if op.device != "cpu" else op.attrs["src"]
             queue = self.streams[gpu, "copy"]
