@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
+import io
 import sys
 from pathlib import Path
 
@@ -156,13 +158,15 @@ def compare_one(sc, profile, out: Path | None, quick: bool, workers=None, progre
     from asyncsim import plot
 
     params = sc.kwargs(quick, measure=True)
-    pred = _predict(sc, profile, params)
-    if sc.num_gpus and not gpu_here():
-        meas = None
-        rows = []
-    else:
-        meas = _run(sc, params, workers=workers, warmup=True)
-        rows = [r for r in compare(pred, meas) if r.name not in sc.measured_only]
+    # what the workload prints (its `print(z)` blockers) would bury the tables
+    with contextlib.redirect_stdout(io.StringIO()):
+        pred = _predict(sc, profile, params)
+        if sc.num_gpus and not gpu_here():
+            meas = None
+        else:
+            meas = _run(sc, params, workers=workers, warmup=True)
+    rows = [] if meas is None else [r for r in compare(pred, meas)
+                                    if r.name not in sc.measured_only]
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "traces").mkdir(exist_ok=True)

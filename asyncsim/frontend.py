@@ -201,7 +201,7 @@ class NDArray:
 
     def __repr__(self) -> str:
         values = self.nd._backend.sync("print", self.var)
-        return f"\n{values}\n<NDArray {'x'.join(map(str, self.shape))} @{self.ctx}>"
+        return f"\n{values}\n<NDArray {'x'.join(map(str, self.shape)) or 'scalar'} @{self.ctx}>"
 
     __str__ = __repr__
 
