@@ -70,7 +70,9 @@ class Settings:
     compute_size: int  # elements of the compute-bound op run on W workers at once
 
 
-FULL = Settings(sizes=(2**10, 2**13, 2**16, 2**18, 2**20, 2**21, 2**22),
+# 2**23: the scenarios' largest arrays (2000 x 2000, ~2**22) spill out of the cache; with 2**22
+# the largest size, the bytes fit had one point past the cache and missed it by a third
+FULL = Settings(sizes=(2**10, 2**13, 2**16, 2**18, 2**20, 2**21, 2**22, 2**23),
                 dot_sides=(32, 64, 128, 256, 512, 1024), gemv_sides=(128, 512, 2048),
                 repeats=7, issue_ops=300, loops=15, roundtrips=200,
                 blocker_sizes=(2**4, 2**12, 2**18, 2**21), crowd_sizes=(2**20, 2**22),
