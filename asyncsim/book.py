@@ -78,6 +78,14 @@ GPU_LAUNCH = 10e-6  # ASSUMED: a CUDA kernel launch
 GPU_BW = 240e9  # ASSUMED: device memory bandwidth of a Tesla K80 die (3.6 TFLOP/s matches one)
 
 
+def _cpu_costs(elementwise: Cost, sampler: Cost, reduce: Cost, dot: Cost) -> dict[str, Cost]:
+    """The CPU rows every book machine has: memory-bound groups at one bandwidth, the random
+    samplers at theirs, reductions, and the matrix product at a peak flop rate."""
+    return {"cpu:*": elementwise, "cpu:elementwise": elementwise, "cpu:create": elementwise,
+            "cpu:copy": elementwise, "cpu:normal": sampler, "cpu:uniform": sampler,
+            "cpu:reduce": reduce, "cpu:dot": dot}
+
+
 def book() -> Profile:
     """Machines A (d2l-en 12.2) and B (d2l-zh 8.3), one CPU worker, two GPUs (8.4/8.5 use two).
 
@@ -89,18 +97,12 @@ def book() -> Profile:
     dots start after the 10 CPU issues); 8.3.2 'Run on GPU' 1.2223 as 1.2104 and 'Run and copy in
     parallel' 1.2770 as 1.2631 (each copy overlaps the next product; the last copy is exposed).
     """
-    elementwise = Cost(latency=SMALL_OP, bandwidth=ELEMENTWISE_BW)
-    sampler = Cost(bandwidth=SAMPLER_BW)
     gpu = Cost(latency=GPU_LAUNCH, bandwidth=GPU_BW)
     costs = {
-        "cpu:*": elementwise,
-        "cpu:elementwise": elementwise,
-        "cpu:create": elementwise,
-        "cpu:copy": elementwise,
-        "cpu:normal": sampler,
-        "cpu:uniform": sampler,
-        "cpu:reduce": Cost(latency=SMALL_OP, bandwidth=REDUCE_BW),
-        "cpu:dot": Cost(peak=CPU_PEAK),
+        **_cpu_costs(elementwise=Cost(latency=SMALL_OP, bandwidth=ELEMENTWISE_BW),
+                     sampler=Cost(bandwidth=SAMPLER_BW),
+                     reduce=Cost(latency=SMALL_OP, bandwidth=REDUCE_BW),
+                     dot=Cost(peak=CPU_PEAK)),
         "gpu:*": gpu,
         "gpu:dot": Cost(peak=GPU_PEAK),
         "frontend:elementwise": Cost(latency=T1_ELEMENTWISE),
@@ -125,17 +127,10 @@ def book_zh() -> Profile:
     'asnumpy' 0.3111 as 0.3050; but 'print' of an already computed y, 0.0011, as t3 = 3.4 ms: the
     book's sync loop needs 3.4 ms per blocker that this lone print does not show.
     """
-    elementwise = Cost(bandwidth=C_ELEMENTWISE_BW)
-    sampler = Cost(bandwidth=C_SAMPLER_BW)
     costs = {
-        "cpu:*": elementwise,
-        "cpu:elementwise": elementwise,
-        "cpu:create": elementwise,
-        "cpu:copy": elementwise,
-        "cpu:normal": sampler,
-        "cpu:uniform": sampler,
-        "cpu:reduce": Cost(bandwidth=C_REDUCE_BW),
-        "cpu:dot": Cost(peak=C_PEAK),
+        **_cpu_costs(elementwise=Cost(bandwidth=C_ELEMENTWISE_BW),
+                     sampler=Cost(bandwidth=C_SAMPLER_BW),
+                     reduce=Cost(bandwidth=C_REDUCE_BW), dot=Cost(peak=C_PEAK)),
     }
     return Profile(name="book-zh", t1=C_T1, t3=C_T3, workers=1, cores=4, gpus=0, costs=costs,
                    meta={"source": "the chapters' reported times (asyncsim/book.py derives each)",

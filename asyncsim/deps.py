@@ -79,23 +79,19 @@ class DepTracker:
         """The op `token` finished; the ops that became ready, in issue order."""
         ready = []
         waiting = self._waiting
-        for other in self._after.pop(token, ()):
+        # the ops this one held up: writes after it, and a write waiting for its epoch to drain
+        unblocked = list(self._after.pop(token, ()))
+        for epoch in self._epochs_of.pop(token, ()):
+            epoch.reads -= 1
+            if not epoch.reads and epoch.writer is not None:
+                unblocked.append(epoch.writer)
+        for other in unblocked:
             left = waiting[other] - 1
             if left:
                 waiting[other] = left
             else:
                 del waiting[other]
                 ready.append(other)
-        for epoch in self._epochs_of.pop(token, ()):
-            epoch.reads -= 1
-            if not epoch.reads and epoch.writer is not None:
-                other = epoch.writer
-                left = waiting[other] - 1
-                if left:
-                    waiting[other] = left
-                else:
-                    del waiting[other]
-                    ready.append(other)
         writer = self._writer
         for var in self._writes_of.pop(token):
             if writer.get(var) == token:

@@ -122,10 +122,7 @@ class _Model:
                         host.frontend_woke()
                 issue_cost, queue = self._prepare(ins)
                 if gil is not None:
-                    held = gil.take(FRONTEND, host.spinning)
-                    host.spinning = False
-                    if held is not None:
-                        yield held
+                    yield from self._take_gil()
                 start = env.now
                 if ins.fresh:
                     self._reserve(ins.out)
@@ -155,10 +152,7 @@ class _Model:
             elif kind is Free:
                 if profile.free:
                     if gil is not None:
-                        held = gil.take(FRONTEND, host.spinning)
-                        host.spinning = False
-                        if held is not None:
-                            yield held
+                        yield from self._take_gil()
                     start = env.now
                     yield timeout(profile.free)
                     spans.append(Span("frontend", "free", -1, start, env.now, "issue"))
@@ -175,6 +169,13 @@ class _Model:
             gil.release(FRONTEND)
         if host is not None:
             host.frontend_done()
+
+    def _take_gil(self):
+        """The frontend takes the GIL before running Python (only when the profile models it)."""
+        held = self.gil.take(FRONTEND, self.host.spinning)
+        self.host.spinning = False
+        if held is not None:
+            yield held
 
     def _prepare(self, op: Op) -> tuple[float, simpy.Store]:
         """Price `op` and pick its lane queue (cached per op name and devices); return its issue
