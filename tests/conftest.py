@@ -3,7 +3,9 @@
 The GPU path is tested under numba's CUDA simulator unless ASYNCSIM_REAL_GPU=1 asks for the real
 device: the simulator must be chosen before numba.cuda is first imported, so it is set here, at
 collection time, before any test module imports realexec. Tests that need real hardware carry the
-`gpu` marker and are skipped without it.
+`gpu` marker and are skipped without it; tests that need two devices carry `two_gpus` (the
+simulator offers two virtual ones; a real machine may have one), and tests of the simulator's own
+messages carry `simulator`.
 """
 
 import os
@@ -16,10 +18,25 @@ if os.environ.get("ASYNCSIM_REAL_GPU") != "1":
 REAL_GPU = os.environ.get("NUMBA_ENABLE_CUDASIM") != "1"
 
 
+def gpu_count() -> int:
+    """Devices that `nd.gpu(i)` can name here: the simulator's virtual ones, or the real ones."""
+    from realexec.gpu_device import SIM_GPUS
+    from realexec.kernels import gpu
+
+    if not gpu.available():
+        return 0
+    return SIM_GPUS if gpu.on_simulator() else len(gpu.cuda.gpus)
+
+
 def pytest_collection_modifyitems(config, items):
-    if REAL_GPU:
-        return
-    skip = pytest.mark.skip(reason="needs a real GPU: set ASYNCSIM_REAL_GPU=1 on a GPU machine")
+    skips = {}
+    if not REAL_GPU:
+        skips["gpu"] = "needs a real GPU: set ASYNCSIM_REAL_GPU=1 on a GPU machine"
+    else:
+        skips["simulator"] = "checks the CUDA simulator's own behaviour"
+    if any("two_gpus" in item.keywords for item in items) and gpu_count() < 2:
+        skips["two_gpus"] = f"needs two GPUs; this machine has {gpu_count()}"
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        for marker, reason in skips.items():
+            if marker in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=reason))

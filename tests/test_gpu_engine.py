@@ -101,6 +101,7 @@ def test_slices_setitem_and_copies_on_the_gpu(nd):
     np.testing.assert_array_equal(a.asnumpy(), want + 1)
 
 
+@pytest.mark.two_gpus
 def test_copyto_and_as_in_context_between_devices(nd):
     """cpu -> gpu0 -> gpu1 -> cpu round trips keep the values; as_in_context on the same device
     is the array itself, copyto within one device a new array."""

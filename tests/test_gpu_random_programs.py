@@ -1,16 +1,18 @@
-"""Random programs that move data between the CPU and two GPUs give numpy's sequential result.
+"""Random programs that move data between the CPU and the GPUs give numpy's sequential result.
 
 Hypothesis writes small programs over four (3, 4) float32 arrays, each living on cpu, gpu0 or
-gpu1 (the simulator's two virtual devices): arithmetic (an operand on another device is moved
-first with as_in_context), in-place updates, row assignment, moves with copyto, rebinding (which
-frees), and blockers in the middle (asnumpy, wait_to_read). Every op therefore runs on a CPU
-worker, a GPU compute stream or a copy stream, and the engine must order them across all three
-(host-side deps plus CUDA events). Values are small integers, so each kernel is exact. At the
-end every array is dropped and each device's live bytes must be back to zero.
+gpu1 (the simulator's two virtual devices; cpu and gpu0 on a real one-GPU machine): arithmetic
+(an operand on another device is moved first with as_in_context), in-place updates, row
+assignment, moves with copyto, rebinding (which frees), and blockers in the middle (asnumpy,
+wait_to_read). Every op therefore runs on a CPU worker, a GPU compute stream or a copy stream,
+and the engine must order them across all three (host-side deps plus CUDA events). Values are
+small integers, so each kernel is exact. At the end every array is dropped and each device's
+live bytes must be back to zero.
 """
 
 import numpy as np
 import pytest
+from conftest import gpu_count
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,7 +26,7 @@ pytestmark = pytest.mark.cudasim
 
 SLOTS = 4
 SHAPE = (3, 4)
-DEVICES = ("cpu", "gpu0", "gpu1")
+DEVICES = ("cpu", *(f"gpu{i}" for i in range(min(2, gpu_count()))))
 SCALARS = (-1.0, 0.5, 2.0)
 
 slot = st.integers(0, SLOTS - 1)

@@ -49,7 +49,9 @@ def test_all_seven_gpu_scenarios_are_covered():
         "torch_sync_vs_async", "cpu_gpu_minibatches", "multi_gpu_helpers"])
 
 
-@pytest.mark.parametrize("name", GPU_SCENARIOS)
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.two_gpus) if get(n).num_gpus > 1 else n
+    for n in GPU_SCENARIOS])
 def test_gpu_scenario_runs_with_the_models_regions_and_lanes(name):
     """Measured and predicted traces have the scenario's regions, one span per op, and each op
     on the same lane (CPU worker, gpu{i}/compute or gpu{i}/copy) with the same kind."""

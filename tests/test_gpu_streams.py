@@ -164,6 +164,7 @@ def test_no_gpu_and_no_simulator_gives_one_clear_error(monkeypatch):
         realexec.run(lambda nd: None, device="gpu")
 
 
+@pytest.mark.simulator
 def test_unusable_gpu_under_the_simulator_says_which_exist(monkeypatch):
     """The simulator offers SIM_GPUS virtual devices; asking for another names the range; with
     the simulator reported unavailable the message still says how to run under it."""

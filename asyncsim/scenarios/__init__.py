@@ -33,6 +33,7 @@ __all__ = ["DEVICES", "MEASURE", "SCENARIOS", "Scenario", "UnknownScenarioError"
 _NO_NUMPY = {"numpy_part": False}
 MEASURE = {
     "warmup": _NO_NUMPY,
+    "torch_warmup": _NO_NUMPY,
     "torch_warmup_cpu": _NO_NUMPY,
     "sync_vs_async": {"n": 50},
     "memory_no_barrier": {"batch_size": 128},

@@ -1,0 +1,105 @@
+"""Model against measurement on a GPU machine: the chapters' GPU scenarios, predicted from this
+machine's calibrated profile (CPU and GPU microbenchmarks) and run on the real engine.
+
+    python benchmarks/gpu_accuracy.py [--quick] [--workers W] [--force] [--only NAME ...]
+        [--profile-out FILE]
+    NUMBA_ENABLE_CUDASIM=1 python benchmarks/gpu_accuracy.py --quick   # checks the script only
+
+1. `realexec.calibrate(workers)` for the CPU (cached) and `realexec.calibrate_gpu.with_gpu` for
+   gpu(0): kernel backlogs, copies both ways, never a scenario;
+2. every scenario that needs no more GPUs than this machine has: recorded and simulated on that
+   profile, run on the engine as benchmarks/accuracy.py does (a warm-up run, then the median of
+   `--repeat` runs with the garbage collector paused), and the two tabled side by side;
+3. a summary: the error of each scenario's total time, their median and maximum.
+The device's name, the GPU part of the profile (launch latency, bandwidths, the products' rate,
+the copies, a blocker's wake-up) and every table are printed. Under the simulator the numbers
+only show that the script runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+from accuracy import measure, predict  # benchmarks/accuracy.py, beside this script
+
+from asyncsim import scenarios
+from asyncsim.compare import compare, table
+from realexec.calibrate import calibrate
+from realexec.calibrate_gpu import with_gpu
+from realexec.frontend import machine
+from realexec.gpu_device import SIM_GPUS
+from realexec.kernels import gpu
+
+
+def gpu_count() -> int:
+    return SIM_GPUS if gpu.on_simulator() else len(gpu.cuda.gpus)
+
+
+def describe(profile) -> str:
+    """The GPU part of the profile in one paragraph."""
+    elem, dot = profile.costs["gpu:elementwise"], profile.costs["gpu:dot"]
+    up, down = profile.links["cpu->gpu"], profile.links["gpu->cpu"]
+    host = profile.meta["gpu"]["host"]
+    lines = [f"gpu: {profile.meta['gpu']['device']}",
+             f"  elementwise: {elem.latency * 1e6:.1f} us per op (the launch-bound period) + "
+             f"bytes at {elem.bandwidth / 1e9:.0f} GB/s; dot {dot.peak / 1e12:.2f} TFLOP/s",
+             f"  cpu->gpu {up.bandwidth / 1e9:.1f} GB/s (+{up.latency * 1e6:.0f} us), "
+             f"gpu->cpu {down.bandwidth / 1e9:.1f} GB/s (+{down.latency * 1e6:.0f} us)",
+             f"  blocker wake-up after a GPU op {host['t3_gpu'] * 1e6:.1f} us (CPU t3 "
+             f"{profile.t3 * 1e6:.1f} us); frontend per GPU op {host['issue_gpu_op'] * 1e6:.1f} "
+             f"us (t1 {profile.t1 * 1e6:.1f} us); asnumpy readback "
+             f"{host['readback']['bandwidth'] / 1e9:.1f} GB/s"]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (for the simulator)")
+    parser.add_argument("--workers", type=int, default=None, help="CPU workers (default: cores)")
+    parser.add_argument("--force", action="store_true", help="calibrate the CPU again")
+    parser.add_argument("--only", nargs="*", default=None, help="scenario names")
+    parser.add_argument("--repeat", type=int, default=3, help="measured runs per scenario")
+    parser.add_argument("--profile-out", default=None, help="save the profile as JSON here")
+    args = parser.parse_args()
+    if not gpu.available():
+        raise SystemExit(gpu.device_error(0))
+
+    start = time.perf_counter()
+    profile = calibrate(workers=args.workers, quick=args.quick, force=args.force,
+                        progress=sys.stderr.isatty())
+    profile = with_gpu(profile, quick=args.quick, progress=sys.stderr.isatty())
+    if args.profile_out:
+        profile.save(args.profile_out)
+    print(f"machine: {machine()}; {profile.workers} CPU workers; calibrated in "
+          f"{time.perf_counter() - start:.1f} s")
+    print(describe(profile))
+    have = gpu_count()
+    names = args.only or [n for n in scenarios.names() if 0 < scenarios.get(n).num_gpus <= have]
+    summary = []
+    for name in names:
+        sc = scenarios.get(name)
+        params = sc.kwargs(args.quick, measure=True)
+        began = time.perf_counter()
+        pred = predict(sc, profile, params)
+        meas = measure(sc, profile.workers, params, args.repeat)
+        rows = [r for r in compare(pred, meas) if r.name not in sc.measured_only]
+        print()
+        print(table(rows, title=f"{name} ({sc.section}) [{time.perf_counter() - began:.1f} s]"))
+        summary.append((name, next(r for r in rows if r.name == "total")))
+        sys.stdout.flush()
+    print()
+    for name, total in summary:
+        print(f"{name:<26s} {total.predicted * 1e3:10.2f}ms {total.measured * 1e3:10.2f}ms "
+              f"{total.error:+8.1%}")
+    errors = [abs(total.error) for _, total in summary]
+    if errors:
+        print(f"total time over {len(errors)} GPU scenarios: median |error| "
+              f"{statistics.median(errors):.1%}, max {max(errors):.1%}")
+    print(f"wall time {time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,274 @@
+"""GPU calibration: the "gpu:" costs and host-device links of a Profile, measured on gpu(index).
+
+`measure_gpu(nd, settings, index)` runs microbenchmarks on the real engine (an `nd` of a live
+`realexec.session`), never a scenario, and returns (costs, links, raw numbers):
+
+- "gpu:<op|group>": seconds an op holds its compute lane, from a *backlog*: N ops of one kind and
+  size issued at once, their device spans timed by CUDA events, cost = the steady period between
+  consecutive starts, (start of the last - start of the first) / (N - 1). A lane is in order, so
+  the period is the larger of the device's time and the host's launch (numba.cuda's launch of
+  tens of microseconds, which the lane's thread pays): the lane's throughput, which is what the
+  model's lane needs. Fits over sizes as on the CPU: latency + bytes / bandwidth (with a second
+  bandwidth past a cache size where that fits far better); latency + bytes / bandwidth +
+  flops / peak for `dot` (square products);
+- links "cpu->gpu" and "gpu->cpu": `copyto` between the devices on the copy lane, the same way,
+  as latency + bytes / bandwidth of the bytes copied (pinned host buffers, as realexec copies);
+  "gpu->gpu" is taken as gpu:copy measured on this one device (a peer copy is that kernel run on
+  the destination's copy stream; the traffic between two devices is not measured here);
+- raw only (in meta): the wake-up of a blocker on a GPU op (`wait_to_read`: wait end - device
+  end), `asnumpy`'s readback into fresh (pageable) host memory, and the frontend's seconds per
+  issued GPU op.
+
+Under the CUDA simulator the same code runs (kernels run inside the launch, spans are host
+times), so the tests exercise it; only a real GPU gives numbers worth keeping, and
+`realexec.calibrate` adds this part only there. Units: seconds, bytes, bytes per second,
+flops per second.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+from dataclasses import dataclass
+from time import perf_counter_ns
+
+import numpy as np
+
+from asyncsim.profile import Cost
+from realexec.fits import cost_of, fit, fit_bytes
+from realexec.gpu_vars import kernels as gpu_kernels
+
+F32 = 4
+
+
+@dataclass(frozen=True)
+class GpuSettings:
+    sizes: tuple[int, ...]  # float32 elements, for the elementwise/create/reduce fits
+    dot_sides: tuple[int, ...]  # square products
+    copy_sizes: tuple[int, ...]  # float32 elements per host-device copy
+    backlog: int  # ops per backlog (fewer for big ones, see `_count`)
+    repeats: int  # backlogs per point, after one warm-up backlog
+    budget: int  # bytes of fresh outputs per backlog at most
+
+
+FULL_GPU = GpuSettings(sizes=(2**10, 2**14, 2**18, 2**20, 2**22, 2**24, 2**26),
+                       dot_sides=(128, 512, 1024, 2048, 4096),
+                       copy_sizes=(2**10, 2**16, 2**20, 2**22, 2**24),
+                       backlog=40, repeats=3, budget=2**31)
+QUICK_GPU = GpuSettings(sizes=(2**6, 2**10), dot_sides=(8, 16), copy_sizes=(2**6, 2**10),
+                        backlog=4, repeats=1, budget=2**24)
+
+
+def _count(settings: GpuSettings, nbytes: int) -> int:
+    return int(max(4, min(settings.backlog, settings.budget // max(nbytes, 1))))
+
+
+class _GpuClock:
+    """Device spans of the ops a backlog issues, on the host's clock: CUDA events on a real GPU,
+    the engine's log under the simulator."""
+
+    def __init__(self, nd, index: int):
+        self.nd = nd
+        self.engine = nd._backend.engine
+        self.gpu = nd._backend.gpus[f"gpu{index}"]
+
+    def mark(self) -> tuple[int, int]:
+        return len(self.engine.log), len(self.gpu.timed)
+
+    def spans(self, since: tuple[int, int], name: str) -> list[tuple[float, float]]:
+        """(start_s, end_s) of the ops called `name` on this GPU's lanes since `since`."""
+        gpu = self.gpu
+        if gpu.sim:
+            lanes = (gpu.compute_lane, gpu.copy_lane)
+            rows = [(a, b) for lane, _, nm, _, a, b in self.engine.log[since[0]:]
+                    if lane in lanes and nm == name]
+        else:
+            ref, ref_ns = gpu.reference, gpu.reference_ns
+            with gpu.gpu.device_context(gpu.index):
+                rows = [(ref_ns + ref.elapsed_time(a) * 1e6, ref_ns + ref.elapsed_time(b) * 1e6)
+                        for _, _, nm, _, a, b in gpu.timed[since[1]:] if nm == name]
+        return sorted((a * 1e-9, b * 1e-9) for a, b in rows)
+
+
+def backlog_period(clock: _GpuClock, make, count: int, repeats: int, name: str) -> float:
+    """Median over `repeats` backlogs (after a warm-up one) of the steady period between the
+    device starts of `count` ops `make()` issued at once; each result is dropped at once."""
+    nd = clock.nd
+    periods = []
+    for r in range(repeats + 1):
+        nd.waitall()
+        since = clock.mark()
+        for _ in range(count):
+            y = make()
+        del y
+        nd.waitall()
+        spans = clock.spans(since, name)
+        if r and len(spans) >= 2:
+            periods.append((spans[-1][0] - spans[0][0]) / (len(spans) - 1))
+    return float(np.median(periods))
+
+
+def _fit(sizes, times, nbytes, flops=None) -> tuple[Cost, list]:
+    moved = np.array([nbytes(n) for n in sizes], float)
+    times = np.array(times, float)
+    if flops is None:
+        return fit_bytes(moved, times)
+    columns = [np.ones(len(sizes)), moved, np.array([flops(n) for n in sizes], float)]
+    coef = fit(np.stack(columns, axis=1), times)
+    return cost_of(coef), coef.tolist()
+
+
+def _kernels(nd, ctx, s: GpuSettings) -> list[tuple]:
+    """(op name, profile keys, maker(size) -> (() -> NDArray), bytes(size), flops(size), sizes)."""
+    def vec(n):
+        return nd.random.uniform(shape=(n,), ctx=ctx)
+
+    def unary(f):
+        def make(n):
+            x = vec(n)
+            return lambda: f(x)
+        return make
+
+    def binary(n):
+        x, y = vec(n), vec(n)
+        return lambda: x + y
+
+    def product(n):
+        a = nd.random.uniform(0, 2.0 / n, shape=(n, n), ctx=ctx)
+        return lambda: nd.dot(a, a)
+
+    return [
+        ("ones", ("gpu:create",), lambda n: (lambda: nd.ones((n,), ctx=ctx)), lambda n: F32 * n,
+         None, s.sizes),
+        ("normal", ("gpu:normal",), lambda n: (lambda: nd.random.normal(shape=(n,), ctx=ctx)),
+         lambda n: F32 * n, None, s.sizes),
+        ("uniform", ("gpu:uniform",),
+         lambda n: (lambda: nd.random.uniform(shape=(n,), ctx=ctx)), lambda n: F32 * n, None,
+         s.sizes),
+        ("add_scalar", ("gpu:*", "gpu:elementwise"), unary(lambda x: x + 1.0),
+         lambda n: 2 * F32 * n, None, s.sizes),
+        ("add", ("gpu:add", "gpu:sub", "gpu:mul", "gpu:div"), binary, lambda n: 3 * F32 * n,
+         None, s.sizes),
+        ("copy", ("gpu:copy",), unary(lambda x: x.copy()), lambda n: 2 * F32 * n, None,
+         s.sizes),
+        ("sum", ("gpu:reduce",), unary(lambda x: x.sum()), lambda n: F32 * (n + 1), None,
+         s.sizes),
+        ("dot", ("gpu:dot",), product, lambda n: 3 * F32 * n * n, lambda n: 2.0 * n**3,
+         s.dot_sides),
+    ]
+
+
+def _links(nd, ctx, clock, s: GpuSettings) -> tuple[dict, dict]:
+    """The cpu->gpu and gpu->cpu copies on the copy lane, fitted on the bytes copied."""
+    cpu = nd.cpu()
+    links, raw = {}, {}
+    for key, home, target in (("cpu->gpu", cpu, ctx), ("gpu->cpu", ctx, cpu)):
+        times = []
+        for n in s.copy_sizes:
+            x = nd.random.uniform(shape=(n,), ctx=home)
+            count = _count(s, F32 * n)
+            times.append(backlog_period(clock, lambda x=x, to=target: x.copyto(to), count,
+                                        s.repeats, "copyto"))
+        cost, coef = _fit(s.copy_sizes, times, lambda n: F32 * n)
+        links[key] = cost
+        raw[key] = {"sizes": list(s.copy_sizes), "seconds": times, "coefficients": coef}
+    return links, raw
+
+
+def _host_side(nd, ctx, clock, s: GpuSettings) -> dict:
+    """Raw numbers only: a blocker's wake-up after a GPU op, asnumpy's readback, issue cost."""
+    x = nd.ones((8,), ctx=ctx)
+    nd.waitall()
+    wakes = []
+    for _ in range(max(5, 4 * s.backlog)):
+        since = clock.mark()
+        y = x + 1.0
+        y.wait_to_read()
+        woke = perf_counter_ns() * 1e-9
+        spans = clock.spans(since, "add_scalar")
+        if spans:
+            wakes.append(woke - spans[-1][1])
+    readback = []
+    for n in s.copy_sizes:
+        y = nd.random.uniform(shape=(n,), ctx=ctx)
+        y.wait_to_read()
+        best = np.inf
+        for _ in range(max(2, s.repeats)):
+            start = perf_counter_ns()
+            y.asnumpy()
+            best = min(best, (perf_counter_ns() - start) * 1e-9)
+        readback.append(best)
+    cost, coef = _fit(s.copy_sizes, readback, lambda n: F32 * n)
+    count = max(10, s.backlog)
+    start = perf_counter_ns()
+    kept = [x + 1.0 for _ in range(count)]
+    issue = (perf_counter_ns() - start) * 1e-9 / count
+    del kept
+    nd.waitall()
+    return {"t3_gpu": float(np.median(wakes)), "issue_gpu_op": issue,
+            "readback": {"sizes": list(s.copy_sizes), "seconds": readback,
+                         "latency": cost.latency, "bandwidth": cost.bandwidth}}
+
+
+def measure_gpu(nd, settings: GpuSettings = FULL_GPU, index: int = 0, progress=None):
+    """(costs, links, raw) of gpu(index), measured through the live session `nd`."""
+    ctx = nd.gpu(index)  # sets the device up in the engine (kernels compiled first)
+    clock = _GpuClock(nd, index)
+    costs: dict[str, Cost] = {}
+    raw: dict = {"device": clock.gpu.description, "kernels": {}}
+    for name, keys, make, nbytes, flops, sizes in _kernels(nd, ctx, settings):
+        if progress is not None:
+            progress(f"gpu {name}")
+        times = []
+        for n in sizes:
+            times.append(backlog_period(clock, make(n), _count(settings, nbytes(n)),
+                                        settings.repeats, name))
+        cost, coef = _fit(sizes, times, nbytes, flops)
+        for key in keys:
+            costs[key] = dataclasses.replace(cost)
+        raw["kernels"][name] = {"sizes": list(sizes), "seconds": times, "coefficients": coef}
+    if progress is not None:
+        progress("gpu copies")
+    links, raw["links"] = _links(nd, ctx, clock, settings)
+    copy = costs["gpu:copy"]  # fitted on bytes read + written; a link is priced on bytes copied
+    links["gpu->gpu"] = dataclasses.replace(copy, bandwidth=copy.bandwidth / 2,
+                                            cache=copy.cache / 2, spill=copy.spill / 2)
+    raw["host"] = _host_side(nd, ctx, clock, settings)
+    return costs, links, raw
+
+
+def with_gpu(profile, quick: bool = False, index: int = 0, progress: bool = False):
+    """`profile` (a CPU calibration) with gpu(index)'s costs and links measured and added, in a
+    fresh session with the profile's workers; the raw numbers go to meta["gpu"]."""
+    from tqdm.auto import tqdm
+
+    from realexec.frontend import session
+
+    settings = QUICK_GPU if quick else FULL_GPU
+    enabled = gc.isenabled()
+    gc.disable()  # as for the CPU: a collection is no part of a cost
+    bar = tqdm(total=10, desc="calibrating the GPU", disable=not progress, leave=False)
+
+    def step(what: str) -> None:
+        bar.set_postfix_str(what)
+        bar.update()
+
+    try:
+        with session(workers=profile.workers) as nd:
+            costs, links, raw = measure_gpu(nd, settings, index, progress=step)
+    finally:
+        bar.close()
+        if enabled:
+            gc.enable()
+    raw["settings"] = dataclasses.asdict(settings)
+    from realexec.gpu_device import SIM_GPUS
+
+    count = SIM_GPUS if gpu_kernels().on_simulator() else len(gpu_kernels().cuda.gpus)
+    return dataclasses.replace(profile, gpus=max(profile.gpus, count),
+                               costs={**profile.costs, **costs},
+                               links={**profile.links, **links},
+                               meta={**profile.meta, "gpu": json.loads(json.dumps(raw))})
+
+
+__all__ = ["FULL_GPU", "QUICK_GPU", "GpuSettings", "backlog_period", "measure_gpu", "with_gpu"]
