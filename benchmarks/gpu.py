@@ -13,6 +13,9 @@ Cases (each pair timed alternately on the same device, in this one run):
   device: cupy_time / kernel_time; skipped when cupy does not import;
 - launch: a bare numba.cuda kernel launch (issue only, and launch + synchronize), against one
   GPU_KERNELS['add_scalar'] call on one element: the per-op overhead the engine pays;
+- engine: `y = x + 1` on a one-element GPU array through realexec (push, then the GPU lane's
+  launch): the frontend's seconds per op while the lane launches, and the period per op of a
+  drained backlog, each against the bare launch of the same run;
 - copies: host->device and device->host bandwidth from pinned vs pageable host memory.
 Times are seconds per call (host clock around launches ended by a stream synchronize),
 bandwidths bytes/second.
@@ -127,6 +130,28 @@ def launches(pool, stream, calls, repeat):
             "ratio_op_over_bare": op_s / bare_s}
 
 
+def engine(ops, repeat, bare_s):
+    """Through the engine: seconds per op on the frontend, and per op with the lane drained."""
+    import realexec
+
+    issue, drained = float("inf"), float("inf")
+    with realexec.session(workers=2) as nd:
+        x = nd.ones((1,), ctx=nd.gpu(0))
+        for _ in range(repeat + 1):
+            nd.waitall()
+            start = time.perf_counter()
+            for _ in range(ops):
+                y = x + 1
+            issued = time.perf_counter()
+            nd.waitall()
+            end = time.perf_counter()
+            issue = min(issue, (issued - start) / ops)
+            drained = min(drained, (end - start) / ops)
+        del y
+    return {"issue_s": issue, "drained_period_s": drained, "ratio_issue_over_bare": issue / bare_s,
+            "ratio_period_over_bare": drained / bare_s}
+
+
 def copies(pool, pinned_pool, stream, nbytes, repeat, inner):
     n = nbytes // 4
     dev = pool.alloc((n,), np.float32)
@@ -165,6 +190,8 @@ def main() -> None:
         "copies": copies(pool, pinned, stream, 4096 if q else 1 << 28, 1 if q else 5,
                          1 if q else 3),
     }
+    results["engine"] = engine(3 if q else 2000, 1 if q else 3,
+                               results["launch"]["bare_launch_s"])
     for case, row in results.items():
         if isinstance(row, dict):
             print(f"{case}:")

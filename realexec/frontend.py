@@ -185,7 +185,8 @@ class EngineBackend(GpuBackend):
                      meta={"source": "measured", "device": self.device,
                            "workers": self.engine.workers, "mode": self.engine.mode,
                            "max_inflight": self.engine.max_inflight, "machine": machine(),
-                           "gpus": self._gpu_meta(), **(meta or {})})
+                           "gpus": self._gpu_meta(), "gpu_clock_error_s": self.gpu_clock_error(),
+                           **(meta or {})})
 
     def close(self) -> None:
         self.engine.close()

@@ -128,3 +128,8 @@ class GpuBackend:
 
     def _gpu_meta(self) -> dict:
         return {name: gpu.description for name, gpu in self.gpus.items()}
+
+    def gpu_clock_error(self) -> float:
+        """Seconds by which a device span may sit off the host's clock (0 under the simulator)."""
+        return max([getattr(gpu, "clock_error_ns", 0) * 1e-9 for gpu in self.gpus.values()],
+                   default=0.0)

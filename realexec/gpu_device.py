@@ -18,10 +18,11 @@ and enqueues `to_device` from it; gpu->cpu (`download`) enqueues `to_host` into 
 pinned buffer; both are then truly asynchronous. gpu->gpu (`peer`) is a device-to-device copy on
 the destination's copy stream (relying on unified addressing; not yet run on two real GPUs).
 
-Spans: on a real GPU each op is bracketed by timing events on its stream and `timed_spans` maps
-them to host-clock nanoseconds through a reference event recorded and synchronised at set-up, so
-a span is the device's own start and end. Under the simulator kernels run inside the launch, and
-a span is the host's wall time around the enqueue, written straight into the engine's log.
+Spans: on a real GPU each op records a timing event at its end, and `timed_spans` maps those to
+host-clock nanoseconds through a reference event timed at set-up (to within `clock_error_ns`);
+an op's start is when its in-order stream could begin it (see `timed_spans`). Under the
+simulator kernels run inside the launch, and a span is the host's wall time around the enqueue,
+written straight into the engine's log.
 
 The simulator (NUMBA_ENABLE_CUDASIM=1) has one device; realexec offers `SIM_GPUS` virtual devices
 on it (own streams, lanes and accounting over gpu(0)'s memory), so two-GPU workloads run in CI.
@@ -134,14 +135,15 @@ class GpuDevice:
         with gpu.device_context(index):
             self.compute, self.copy, self.readback_stream = (cuda().stream() for _ in range(3))
             if not self.sim:
-                self.reference = new_event(timing=True)
-                self.reference.record(self.compute)
-                self.reference.synchronize()
-                self.reference_ns = perf_counter_ns()
+                self.reference, self.reference_ns, self.clock_error_ns = _clock_reference(
+                    self.compute)
         self.compute_lane, self.copy_lane = f"{self.name}/compute", f"{self.name}/copy"
         self.lane_of = {self.compute: (self.compute_lane, "exec"),
                         self.copy: (self.copy_lane, "copy")}
-        self.timed: list[tuple] = []  # (lane, kind, name, op_id, start event, end event)
+        # (lane, kind, name, op_id, host ns after the hand-over, events waited for, end event)
+        self.timed: list[tuple] = []
+        self._spans: list[tuple] = []  # `timed` converted so far, and each lane's last end
+        self._last_end: dict = {}
         self.last: dict = {}  # stream -> (name, op_id) of the last op enqueued on it
         self.description = ("CUDA simulator (virtual device)" if self.sim
                             else _device_name(index))
@@ -154,18 +156,19 @@ class GpuDevice:
         `enqueue(stream)` between timing marks, stamp the vars; return the op's end event."""
         gpu = self.gpu
         lane, kind = self.lane_of[stream]
+        waited = []
         with gpu.device_context(self.index):
             for var in reads:
                 stamp = var.write
                 if stamp is not None and stamp.stream is not stream:
-                    gpu.wait_event(stamp.event, stream)
+                    waited.append(stamp.event)
             for var in writes:
-                for other, event in var.reads.items():
-                    if other is not stream:
-                        gpu.wait_event(event, stream)
+                waited += [event for other, event in var.reads.items() if other is not stream]
                 stamp = var.write
                 if stamp is not None and stamp.stream is not stream:
-                    gpu.wait_event(stamp.event, stream)
+                    waited.append(stamp.event)
+            for event in waited:
+                gpu.wait_event(event, stream)
             if self.sim:
                 start = perf_counter_ns()
                 enqueue(stream)
@@ -173,12 +176,11 @@ class GpuDevice:
                 end = new_event()
                 end.record(stream)
             else:
-                start = new_event(timing=True)
-                start.record(stream)
                 enqueue(stream)
+                handed_over = perf_counter_ns()
                 end = new_event(timing=True)
                 end.record(stream)
-                self.timed.append((lane, kind, name, op_id, start, end))
+                self.timed.append((lane, kind, name, op_id, handed_over, waited, end))
         self.last[stream] = (name, op_id)
         for var in reads:
             var.reads[stream] = end
@@ -256,16 +258,54 @@ class GpuDevice:
                 done.record(stream)
             synchronize(done, name, op_id)
 
-    def timed_spans(self) -> list[tuple]:
+    def timed_spans(self, since: int = 0) -> list[tuple]:
         """The spans timed by events, as (lane, kind, name, op_id, start_ns, end_ns) on the
-        host's clock; call once the streams are settled (empty under the simulator)."""
+        host's clock, from the `since`-th timed op on; call once the streams have finished the
+        ops asked for (empty under the simulator).
+
+        Each op records one event, at its end (creating and recording a second costs the lane
+        ~13 us per op). An in-order stream starts an op at the latest of: the host's hand-over
+        of it, the end of the op before it on that stream, and the ends of the events it was
+        made to wait for; that is its start here (within the clock mapping's error)."""
         if self.sim:
             return []
         ref, ref_ns = self.reference, self.reference_ns
+
+        def ns(event) -> int:
+            return ref_ns + int(ref.elapsed_time(event) * 1e6)
+
         with self.gpu.device_context(self.index):
-            return [(lane, kind, name, op_id, ref_ns + int(ref.elapsed_time(a) * 1e6),
-                     ref_ns + int(ref.elapsed_time(b) * 1e6))
-                    for lane, kind, name, op_id, a, b in self.timed]
+            for lane, kind, name, op_id, handed_over, waited, end in self.timed[len(self._spans):]:
+                end_ns = ns(end)
+                start = max([handed_over, self._last_end.get(lane, 0)]
+                            + [_ns_or_zero(ns, event) for event in waited])
+                self._last_end[lane] = end_ns
+                self._spans.append((lane, kind, name, op_id, min(start, end_ns), end_ns))
+        return self._spans[since:]
+
+
+def _ns_or_zero(ns, event) -> int:
+    try:
+        return ns(event)
+    except Exception:  # an event of another device: its own stream's order already holds
+        return 0
+
+
+def _clock_reference(stream, tries: int = 5) -> tuple:
+    """(event, host ns, error ns): an event whose device time maps to the host's clock. The
+    event completes between the host times around its record and synchronize; of a few tries,
+    the narrowest window's middle is taken, and half its width is the error."""
+    best = None
+    for _ in range(tries):
+        event = new_event(timing=True)
+        before = perf_counter_ns()
+        event.record(stream)
+        event.synchronize()
+        after = perf_counter_ns()
+        if best is None or after - before < best[2] - best[1]:
+            best = (event, before, after)
+    event, before, after = best
+    return event, (before + after) // 2, (after - before) // 2
 
 
 def _device_name(index: int) -> str:

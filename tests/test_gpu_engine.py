@@ -194,14 +194,16 @@ def test_gpu_memory_is_in_the_trace_and_matches_the_model():
 
 def test_sync_mode_runs_each_gpu_op_inside_its_call():
     """mode='sync' (NaiveEngine): each GPU op and copy runs to completion inside its issuing
-    call, so its span lies inside the frontend's wait for that op; values are unchanged."""
+    call, so its span lies inside the frontend's wait for that op (on a real GPU, to within the
+    error of mapping the device's clock to the host's); values are unchanged."""
     meas = realexec.run(workload_with_every_lane, mode="sync")
+    slack = meas.meta["gpu_clock_error_s"]
     waits = {s.op_id: s for s in meas.spans_of("frontend", "wait") if s.op_id >= 0}
     device_spans = [s for s in meas.spans if s.lane.startswith("gpu0/")]
     assert device_spans
     for span in device_spans:
         wait = waits[span.op_id]
-        assert wait.start <= span.start and span.end <= wait.end
+        assert wait.start - slack <= span.start and span.end <= wait.end + slack
     with realexec.session(mode="sync") as nd:
         np.testing.assert_array_equal(workload_with_every_lane(nd).asnumpy(),
                                       np.full((4, 4), 3.0, np.float32))

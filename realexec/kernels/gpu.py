@@ -242,7 +242,11 @@ def _blocks(n: int, cap: int) -> int:
 
 
 def _flat(arr):
-    return arr.reshape(arr.size)
+    """arr as one dimension, made once per array object (pooled arrays are reused)."""
+    flat = arr.__dict__.get("_flat")
+    if flat is None:
+        flat = arr.__dict__["_flat"] = arr.reshape(arr.size)
+    return flat
 
 
 _RNG_STATES = PerStream(PART_BLOCKS * THREADS, xoroshiro128p_dtype if cuda else None)

@@ -97,10 +97,30 @@ def device_error(i: int) -> str:
     return ""
 
 
+_THREAD = threading.local()  # .device: the GPU this thread made current for good
+
+
 def device_context(device_id: int = 0):
     """A context manager making gpu(device_id) current on this thread (kernels, streams and
-    allocations then go to that device)."""
+    allocations then go to that device).
+
+    Entering numba's `cuda.gpus[i]` pushes and pops the context (~6 us, on every launch of an
+    engine lane), so: where gpu(device_id) is current already this does nothing, and a thread
+    with no context current (an engine lane's, on its first op) makes gpu(device_id) current
+    for good; only a thread that switches between devices pushes and pops."""
     if on_simulator():
+        return contextlib.nullcontext()
+    if getattr(_THREAD, "device", None) == device_id:
+        return contextlib.nullcontext()
+    from numba.cuda.cudadrv.driver import driver
+
+    with driver.get_active_context() as active:
+        if active and active.devnum == device_id:
+            return contextlib.nullcontext()
+        fresh = not active
+    if fresh:
+        cuda.select_device(device_id)
+        _THREAD.device = device_id
         return contextlib.nullcontext()
     return cuda.gpus[device_id]
 
@@ -215,6 +235,19 @@ class DevicePool(_SizeClassPool):
             return cuda.device_array(nbytes, dtype=np.uint8)
 
     def _view(self, buffer, shape, dtype):
+        # A buffer keeps the array objects made over it, one per shape: a steady loop then
+        # hands out the same objects, whose numba type (a cached property, ~10 us to build)
+        # and flat view (`flat_view`) are made once, not on every op.
+        views = buffer.__dict__.setdefault("_views", {})
+        key = (shape, dtype.str)
+        arr = views.get(key)
+        if arr is None:
+            if len(views) >= 8:
+                views.clear()
+            arr = views[key] = self._new_view(buffer, shape, dtype)
+        return arr
+
+    def _new_view(self, buffer, shape, dtype):
         if on_simulator():
             from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
