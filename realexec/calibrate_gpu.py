@@ -15,9 +15,9 @@
   as latency + bytes / bandwidth of the bytes copied (pinned host buffers, as realexec copies);
   "gpu->gpu" is taken as gpu:copy measured on this one device (a peer copy is that kernel run on
   the destination's copy stream; the traffic between two devices is not measured here);
-- raw only (in meta): the wake-up of a blocker on a GPU op (`wait_to_read`: wait end - device
-  end), `asnumpy`'s readback into fresh (pageable) host memory, and the frontend's seconds per
-  issued GPU op (with the lanes idle, as t1 is measured).
+- the host's side: the frontend's seconds per issued GPU op (with the lanes idle, as t1 is
+  measured), the round trip of a tiny GPU op and its `wait_to_read` (and the wake-up within it,
+  wait end - device end), `asnumpy`'s readback into fresh (pageable) host memory.
 
 Under the CUDA simulator the same code runs (kernels run inside the launch, spans are host
 times), so the tests exercise it; only a real GPU gives numbers worth keeping, and
@@ -177,15 +177,17 @@ def _host_side(nd, ctx, clock, s: GpuSettings) -> dict:
     """Raw numbers only: a blocker's wake-up after a GPU op, asnumpy's readback, issue cost."""
     x = nd.ones((8,), ctx=ctx)
     nd.waitall()
-    wakes = []
+    wakes, trips = [], []
     for _ in range(max(5, 4 * s.backlog)):
         since = clock.mark()
+        start = perf_counter_ns()
         y = x + 1.0
         y.wait_to_read()
-        woke = perf_counter_ns() * 1e-9
+        woke = perf_counter_ns()
+        trips.append((woke - start) * 1e-9)
         spans = clock.spans(since, "add_scalar")
         if spans:
-            wakes.append(woke - spans[-1][1])
+            wakes.append(woke * 1e-9 - spans[-1][1])
     readback = []
     for n in s.copy_sizes:
         y = nd.random.uniform(shape=(n,), ctx=ctx)
@@ -197,7 +199,8 @@ def _host_side(nd, ctx, clock, s: GpuSettings) -> dict:
             best = min(best, (perf_counter_ns() - start) * 1e-9)
         readback.append(best)
     cost, coef = _fit(s.copy_sizes, readback, lambda n: F32 * n)
-    return {"t3_gpu": float(np.median(wakes)), "issue_gpu_op": _issue(nd, ctx, s),
+    return {"t3_gpu": float(np.median(wakes)), "roundtrip": float(np.median(trips)),
+            "issue_gpu_op": _issue(nd, ctx, s),
             "readback": {"sizes": list(s.copy_sizes), "seconds": readback,
                          "latency": cost.latency, "bandwidth": cost.bandwidth}}
 

@@ -118,17 +118,19 @@ class Engine:
 
     # -- lanes ---------------------------------------------------------------------------------
     def add_lane(self, name: str, workers: int = 1, kind: str = "exec", labels=None,
-                 log: bool = True) -> Lane:
+                 log: bool = True, thread_context=None) -> Lane:
         """A new lane; its worker threads start now (none in sync mode). With `log=False` the
-        engine records no exec spans for its ops (they record their own)."""
+        engine records no exec spans for its ops (they record their own). `thread_context`, a
+        context-manager factory, is entered by each of the lane's threads for its whole life (a
+        GPU lane's thread makes its device current once, not per op)."""
         if name in self.lanes:
             raise ValueError(f"lane {name!r} exists")
         lane = Lane(name, workers, kind, labels, log)
         self.lanes[name] = lane
         if not self._sync:
             for label in lane.labels:
-                t = threading.Thread(target=self._work, args=(lane, label), daemon=False,
-                                     name=f"realexec-{label}")
+                t = threading.Thread(target=self._work, args=(lane, label, thread_context),
+                                     daemon=False, name=f"realexec-{label}")
                 lane.threads.append(t)
                 t.start()
         return lane
@@ -250,7 +252,10 @@ class Engine:
                 self._sleepers -= 1
 
     # -- execution -----------------------------------------------------------------------------
-    def _work(self, lane: Lane, label: str) -> None:
+    def _work(self, lane: Lane, label: str, thread_context=None) -> None:
+        if thread_context is not None:
+            with thread_context():
+                return self._work(lane, label)
         get, counts = lane.queue.get, self._progress.counts
         while True:
             op = get()

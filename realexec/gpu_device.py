@@ -148,7 +148,8 @@ class GpuDevice:
         self.description = ("CUDA simulator (virtual device)" if self.sim
                             else _device_name(index))
         for lane, kind in self.lane_of.values():
-            engine.add_lane(lane, 1, kind, [lane], log=False)
+            engine.add_lane(lane, 1, kind, [lane], log=False,
+                            thread_context=lambda: gpu.lane_context(index))
 
     # -- launching -------------------------------------------------------------------------------
     def launch(self, stream, name: str, op_id: int, reads, writes, enqueue):
@@ -322,10 +323,19 @@ def warmup(index: int = 0, dtypes=("float32", "float64")) -> None:
     pool = device_pool(index)
     with gpu.device_context(index):
         stream = cuda().stream()
+        # a product of MIN_TILES output tiles takes the register-blocked kernel (the 4 x 4 ones
+        # take the small one): a column of MIN_TILES * BM rows times a 1 x 1 matrix
+        from realexec.kernels.gpu_matmul import BM, MIN_TILES
+
+        tall = (MIN_TILES * BM, 1)
         for dtype in dtypes:
             held = [pool.alloc(shape, dtype) for shape in ((4, 4), (4,), (4, 4), ())]
+            columns = [pool.alloc(shape, dtype) for shape in (tall, (1, 1), tall)]
             for name, inputs, target, attrs in _warmup_calls(*held):
                 gpu.GPU_KERNELS[name](inputs, target, attrs, stream)
+            gpu.GPU_KERNELS["ones"]((), columns[1], {}, stream)
+            gpu.GPU_KERNELS["dot"](tuple(columns[:2]), columns[2], {}, stream)
+            held += columns
             stream.synchronize()
             for array in held:
                 pool.release(array)

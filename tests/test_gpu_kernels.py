@@ -3,11 +3,13 @@
 Runs under numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1, which tests/conftest.py sets before
 numba is imported) or on a real GPU; skipped when neither is usable. The simulator runs every
 CUDA thread as a Python thread, so sizes are tiny: a few dozen elements, enough to cross the
-simulator's blocks (32 threads, 2 blocks) and dot's 8x8 tiles.
+simulator's blocks (32 threads, 2 blocks) and the tiles of both dot kernels (8x8 one output per
+thread; 32x32 register-blocked, BK = 4).
 """
 
 import math
 import os
+import types
 
 import numpy as np
 import pytest
@@ -31,7 +33,7 @@ if not _gpu_usable():
     pytest.skip("needs NUMBA_ENABLE_CUDASIM=1 or a CUDA GPU", allow_module_level=True)
 
 from asyncsim import ops  # noqa: E402
-from realexec.kernels import gpu  # noqa: E402
+from realexec.kernels import gpu, gpu_matmul  # noqa: E402
 
 if not gpu.available():
     pytest.skip(gpu.device_error(0), allow_module_level=True)
@@ -189,15 +191,113 @@ def test_reductions_of_empty_arrays(dev):
     assert math.isnan(run(dev, "mean", (empty,), {}))
 
 
-@settings(max_examples=8, deadline=None)
-@given(DTYPES, st.integers(1, 11), st.integers(1, 11), st.integers(1, 11),
+def dot_tolerance(dtype, k):
+    """Float32 (or float64) rounding over k products of values up to 4 in magnitude."""
+    eps = 1e-6 if dtype == "float32" else 1e-14
+    return {"rtol": 10 * eps, "atol": 16 * eps * max(k, 1)}
+
+
+# Sides around the simulator's tiles (dot's BM = BN = 32, TILE = 8): ones, edges, and past them.
+SIDES = st.one_of(st.sampled_from([1, 2, 8, 31, 32, 33, 64, 65, 70]), st.integers(1, 70))
+
+
+@settings(max_examples=12, deadline=None)
+@given(DTYPES, SIDES, st.integers(1, 24), SIDES,
        st.sampled_from(["2x2", "1x2", "2x1", "1x1"]), st.data())
 def test_dot_like_numpy(dev, dtype, n, k, m, kind, data):
-    """The tiled product equals numpy's for 2-d and 1-d operands, across tile edges."""
+    """The product equals numpy's for 2-d and 1-d operands, for any sides, across the tile
+    edges of both kernels (small products take the one-output-per-thread kernel, larger ones
+    the register-blocked one) and any depth (k steps of BK with a partial last one)."""
     a = data.draw(values(dtype, (k,) if kind[0] == "1" else (n, k)))
     b = data.draw(values(dtype, (k,) if kind[2] == "1" else (k, m)))
-    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == "float32" else TOL[dtype]
-    np.testing.assert_allclose(run(dev, "dot", (a, b), {}), np.dot(a, b), **tol)
+    want = np.dot(a.astype(np.float64), b.astype(np.float64))
+    got = run(dev, "dot", (a, b), {})
+    assert got.dtype == dtype and got.shape == want.shape
+    np.testing.assert_allclose(got, want, **dot_tolerance(dtype, k))
+
+
+DOT_SHAPES = [(1, 17, 70), (70, 17, 1), (1, 5, 1), (33, 9, 31), (64, 8, 64), (65, 13, 33),
+              (3, 40, 66), (66, 3, 40)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("n,k,m", DOT_SHAPES)
+def test_dot_on_edge_shapes(dev, dtype, n, k, m):
+    """Row times matrix, matrix times column, 1x1 outputs, exact tile multiples and sides one
+    past a tile each give numpy's product."""
+    rng = np.random.default_rng(n * 10000 + k * 100 + m)
+    a = rng.uniform(-4, 4, (n, k)).astype(dtype)
+    b = rng.uniform(-4, 4, (k, m)).astype(dtype)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(run(dev, "dot", (a, b), {}), want, **dot_tolerance(dtype, k))
+
+
+@pytest.mark.simulator
+def test_dot_shapes_reach_both_kernels():
+    """Under the simulator the edge shapes above run through both matrix-product kernels, so
+    the tests check each of them."""
+    chosen = {gpu_matmul.matmul_launch(n, m)[0] for n, _, m in DOT_SHAPES}
+    assert chosen == {gpu_matmul._matmul_kernel, gpu_matmul._small_matmul_kernel}
+
+
+def test_dot_kernel_choice_flips_at_min_tiles():
+    """Below MIN_TILES output tiles dot takes the small kernel, from it on the tiled one, with
+    one block of MM_THREADS threads per tile on a 1-d grid."""
+    below = gpu_matmul.BM * (gpu_matmul.MIN_TILES - 1)
+    assert gpu_matmul.matmul_launch(below, 1)[0] is gpu_matmul._small_matmul_kernel
+    assert gpu_matmul.matmul_launch(below + 1, 1)[0] is gpu_matmul._matmul_kernel
+    mm = gpu_matmul
+    kernel, grid, block = mm.matmul_launch(mm.BM * 3, mm.BN * mm.MIN_TILES)
+    assert kernel is gpu_matmul._matmul_kernel and grid == 3 * gpu_matmul.MIN_TILES
+    assert block == mm.MM_THREADS
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_tiled_dot_on_a_real_gpu(dev, dtype):
+    """On a real GPU, a product of 81 tiles (past MIN_TILES, so the register-blocked kernel)
+    with sides one past a tile and a partial last k-step equals numpy's."""
+    n, k, m = 8 * gpu_matmul.BM + 1, 70, 8 * gpu_matmul.BN + 1
+    assert gpu_matmul.matmul_launch(n, m)[0] is gpu_matmul._matmul_kernel
+    rng = np.random.default_rng(3)
+    a = rng.uniform(-4, 4, (n, k)).astype(dtype)
+    b = rng.uniform(-4, 4, (k, m)).astype(dtype)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(run(dev, "dot", (a, b), {}), want, **dot_tolerance(dtype, k))
+
+
+def _tiled_kernel_with(bm, bn, bk, tm, tn):
+    """_matmul_kernel compiled with other tile constants (derived ones as the module
+    derives them)."""
+    vec = gpu_matmul.VEC
+    threads = (bm // tm) * (bn // tn)
+    constants = {
+        "BM": bm, "BN": bn, "BK": bk, "TM": tm, "TN": tn, "A_ROW": bm + 4,
+        "ROW_STEP": bm * vec // tm, "COL_STEP": bn * vec // tn, "MM_THREADS": threads,
+        "A_TILE": bk * (bm + 4), "B_TILE": bk * bn, "A_TILES": 2 * bk * (bm + 4),
+        "B_TILES": 2 * bk * bn, "A_LOADS": bm * bk // threads, "B_LOADS": bk * bn // threads,
+    }
+    source = gpu_matmul._matmul_kernel.py_func
+    scope = {**vars(gpu_matmul), **constants}
+    function = types.FunctionType(source.__code__, scope, source.__name__)
+    return gpu.cuda.jit(function), threads
+
+
+@pytest.mark.simulator
+@pytest.mark.parametrize("dtype,n,k,m", [("float32", 130, 11, 129), ("float64", 3, 9, 130)])
+def test_tiled_kernel_with_the_real_gpus_tiles(dtype, n, k, m):
+    """Under the simulator, the register-blocked kernel with the real GPU's constants (128x128
+    tiles, BK = 8, 256 threads, 8x8 per thread) equals numpy's product across tile edges."""
+    kernel, threads = _tiled_kernel_with(128, 128, 8, 8, 8)
+    rng = np.random.default_rng(7)
+    a = rng.uniform(-4, 4, (n, k)).astype(dtype)
+    b = rng.uniform(-4, 4, (k, m)).astype(dtype)
+    out = gpu.cuda.device_array((n, m), dtype)
+    tiles = -(-n // 128) * -(-m // 128)
+    kernel[tiles, threads](gpu.cuda.to_device(a), gpu.cuda.to_device(b), out,
+                           np.dtype(dtype).type(0))
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(out.copy_to_host(), want, **dot_tolerance(dtype, k))
 
 
 def test_dot_with_empty_inner_dimension(dev):

@@ -125,6 +125,25 @@ def device_context(device_id: int = 0):
     return cuda.gpus[device_id]
 
 
+def lane_context(device_id: int):
+    """For a thread that works for gpu(device_id) alone, for its whole life: the device made
+    current, and numba's context lookup done once and kept (numba's `ensure_context`, which its
+    API calls otherwise repeat with two driver queries each, several times per launch; a
+    private helper of numba-cuda, so without it this only makes the device current)."""
+    if on_simulator():
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    stack.enter_context(device_context(device_id))
+    try:
+        from numba.cuda.cudadrv.devices import _runtime
+    except ImportError:
+        return stack
+    ensure = getattr(_runtime, "ensure_context", None)
+    if ensure is not None:
+        stack.enter_context(ensure())
+    return stack
+
+
 def size_class(nbytes: int) -> int:
     """The buffer size (bytes) that serves a request of nbytes: >= nbytes, <= 1.25x + 512."""
     if nbytes <= MIN_CLASS_BYTES:
