@@ -8,18 +8,29 @@ what the book's closed forms assume. With a Host:
   one sleeper, which looks at the queue `dispatch` seconds later and takes the op at its head if
   a busy worker has not taken it meanwhile (a worker that finishes an op takes the next one at
   once, so a chain of ops stays on one worker).
-- releases (`profile.release`): when an op a worker finishes was the last to use a buffer the
-  frontend has dropped, the worker releases it then, holding the GIL for `release` seconds.
+- after each op (`profile.gil`, `profile.release`): the worker completes it in Python, holding
+  the GIL, for `gil` seconds, plus `release` for each buffer it was the last to use that the
+  frontend has dropped (the worker releases it then). It keeps the GIL into its next op, if one
+  is queued, and lets it go only when it finds none (blocked in the queue's get).
+- a blocked frontend (`profile.recheck`): while the frontend sleeps in a blocker (past its
+  spin), the engine wakes it after every op a worker finishes to test its condition; it takes
+  the GIL between the worker's kernels, and the worker waits to get it back. Each op finished
+  then costs its worker `recheck` more (a cost measured whole, on a backlog of small ops).
 - the GIL (`profile.gil` > 0), CPython's rules as far as they matter here. The frontend holds it
   while it runs -- from its first issue until it blocks (a blocker, max_inflight) -- and checks
-  for a drop request before each issue or free. A CPU worker takes it for `gil` + the op's latency
-  (Python and kernel dispatch) and drops it for the rest of the op (the nogil kernel). A thread
-  asking for a free GIL takes it at once, even if others wait; a release wakes the longest waiter,
-  which arrives `dispatch` seconds later and takes it only if it is still free (a frontend whose
-  blocker ended while it still spun is awake: it takes a released GIL at once). A thread that has
-  waited `profile.switch` seconds asks the holder to drop it, and that drop hands it over. So a
-  worker whose kernels are shorter than a wake-up keeps the GIL from the others (a convoy), and
-  a busy frontend leaves workers a turn only every switch interval.
+  for a drop request before each issue or free. A CPU worker holds it for an op's latency (the
+  call into the kernel), drops it for the kernel's bytes and flops time (a nogil kernel), and
+  must take it again when the kernel returns, before the op is done (a worker whose kernel ends
+  while the frontend issues waits for the GIL, not the frontend for it). A thread asking for a
+  free GIL takes it at once, even if others wait; a release wakes the longest waiter, which
+  arrives a wake-up later (`dispatch`, scattered by half of it either way, as real ones are)
+  and takes it only if it is still free (a frontend whose blocker ended while it still spun is
+  awake: it takes a released GIL at once). A thread that has waited `profile.switch` seconds
+  without any other thread taking the GIL meanwhile asks the holder to drop it, and that drop
+  hands it over; otherwise it waits another interval (CPython's take_gil). The thread that
+  dropped it waits on the spot (awake) and takes it back at the next release. So a worker whose
+  kernels are shorter than a wake-up keeps the GIL from the others (a convoy), and a busy
+  frontend leaves workers a turn only every switch interval.
 - cores, when `profile.cores` < workers + 1: the frontend occupies a core while it runs (not
   while it waits: its blocker spins on sched_yield, which lets any runnable thread have the
   core); a CPU worker occupies one from starting an op until it finds no next op. A worker
@@ -30,14 +41,16 @@ what the book's closed forms assume. With a Host:
   other crowding kernel running at that moment stretches its bytes time by `crowd` (two cores
   sharing one memory system; fixed at its start, which is exact for kernels that start together
   and cheap to simulate). Compute-bound kernels (crowd 0) neither stretch nor count.
-NaiveEngine (`mode='sync'`) runs each op inside its issuing call: no wake-ups, no GIL contest.
+NaiveEngine (`mode='sync'`) runs each op inside its issuing call: no wake-ups, no GIL contest;
+the call returns after the op's `gil` (its completion).
 
-Units: seconds, bytes per second. An op's lane time is `gil` + latency + bytes / bandwidth
-(stretched) + flops / peak.
+Units: seconds, bytes per second. An op's span is its latency + bytes / bandwidth (stretched) +
+flops / peak, plus the wait for the GIL after its kernel; `gil` and the rest follow the span.
 """
 
 from __future__ import annotations
 
+import random
 from collections import deque
 
 from asyncsim.trace import Span
@@ -59,13 +72,16 @@ class WakeQueue:
 class Gil:
     """One lock with CPython's hand-over rules (see the module docstring)."""
 
-    def __init__(self, env, wake: float, switch: float):
+    def __init__(self, env, wake: float, switch: float, seed: int = 0):
         self.env, self.wake, self.switch = env, wake, switch
         self.holder = None
+        self.last = None  # the thread that held it last
+        self.switches = 0  # hand-overs to another thread so far (CPython's switch_number)
         self.waiting: deque = deque()  # events of waiting threads, oldest first
         self.drop = False  # a waiter has waited a switch interval
         self.reserved = False  # a forced drop is handing the GIL to the oldest waiter
         self.signalled = False  # a woken waiter is on its way
+        self.jitter = random.Random(seed)  # wake-ups scatter (see `_arrival`)
 
     def take(self, who, awake: bool = False):
         """None if `who` holds the GIL now (taken at once or held already), else the event of
@@ -75,13 +91,14 @@ class Gil:
             if not (self.drop and self.waiting):
                 return None
             self.release(who)
+            awake = True  # forced to hand it over, it waits on the spot (FORCE_SWITCHING)
         if self.holder is None and not self.reserved:
-            self.holder = who
+            self._hold(who)
             return None
         event = self.env.event()
         event.who, event.awake = who, awake
         self.waiting.append(event)
-        self.env.timeout(self.switch).callbacks.append(lambda _: self._expired(event))
+        self._arm(event)
         return event
 
     def release(self, who) -> None:
@@ -99,11 +116,28 @@ class Gil:
             self.env.timeout(self.wake).callbacks.append(self._handover)
         elif not self.signalled:
             self.signalled = True
-            self.env.timeout(self.wake).callbacks.append(self._arrive)
+            self.env.timeout(self._arrival()).callbacks.append(self._arrive)
 
-    def _expired(self, event) -> None:
-        if not event.triggered:
+    def _arrival(self) -> float:
+        """When a signalled waiter gets to look: a wake-up, scattered by half of it either way.
+        Real wake-ups scatter so, and it matters: a waiter finds the GIL free about as often
+        as the holder leaves it free (in its nogil kernels), where a fixed delay would always
+        land in the same phase of a holder's cycle (always free, or never). Seeded: a
+        prediction is repeatable."""
+        return self.wake * (0.5 + self.jitter.random())
+
+    def _arm(self, event) -> None:
+        seen = self.switches
+        self.env.timeout(self.switch).callbacks.append(lambda _: self._expired(event, seen))
+
+    def _expired(self, event, seen: int) -> None:
+        """A waiter's interval is over: if no other thread took the GIL meanwhile, it asks the
+        holder to drop it; either way it waits another interval (CPython's take_gil)."""
+        if event.triggered:
+            return
+        if self.switches == seen and self.holder is not None:
             self.drop = True
+        self._arm(event)
 
     def _handover(self, _) -> None:
         self.reserved = False
@@ -111,13 +145,19 @@ class Gil:
 
     def _arrive(self, _) -> None:
         self.signalled = False
-        if self.holder is None and not self.reserved:
+        if self.holder is None and not self.reserved and self.waiting:
             self._give()
 
     def _give(self) -> None:
         event = self.waiting.popleft()
-        self.holder = event.who
+        self._hold(event.who)
         event.succeed()
+
+    def _hold(self, who) -> None:
+        self.holder = who
+        if who != self.last:
+            self.last = who
+            self.switches += 1
 
 
 class Cores:
@@ -151,7 +191,7 @@ class Host:
     def __init__(self, model, profile, mode: str):
         self.model = model
         self.env = env = model.env
-        sync = mode == "sync"
+        self.sync = sync = mode == "sync"
         self.dispatch = 0.0 if sync else profile.dispatch
         self.hold = profile.gil
         self.release = profile.release
@@ -163,6 +203,8 @@ class Host:
         self.waiting = False  # the frontend is blocked (and holds no core)
         self.asleep = False  # ... and has stopped spinning
         self.spinning = False  # the frontend's last wait ended before it fell asleep
+        self.recheck = 0.0 if sync else profile.recheck
+        self.blocked = None  # the event the frontend's blocker waits for, while it waits
         self.parts: list[tuple[float, float, float, float]] = []  # position -> split cost
         self.queue = WakeQueue()
 
@@ -182,6 +224,7 @@ class Host:
         if event.triggered:
             return
         self.waiting = True
+        self.blocked = event
         if self.cores is not None:
             self.cores.give()
         if self.spin:
@@ -195,6 +238,7 @@ class Host:
 
     def frontend_woke(self) -> None:
         """The frontend's wait is over; `spinning` says it never fell asleep."""
+        self.blocked = None
         if not self.waiting:
             return
         self.spinning = not self.asleep
@@ -207,15 +251,23 @@ class Host:
             self.waiting = True
             self.cores.give()
 
+    def blocked_asleep(self) -> bool:
+        """The frontend waits in a blocker past its spin: the engine wakes it after every op a
+        worker finishes, to test its condition (see `recheck` in the module docstring)."""
+        blocked = self.blocked
+        return self.asleep and blocked is not None and not blocked.triggered
+
     # -- workers --------------------------------------------------------------------------------
     def worker(self, lane: str, queue, in_order: bool):
         """A CPU worker's process: the simulator's `_worker` with the host's effects."""
         model, env, items = self.model, self.env, self.queue.items
         spans, ops, parts, finish = model.spans, model.ops, self.parts, model._finish
         timeout, gil, hold, cores = env.timeout, self.gil, self.hold, self.cores
-        queue, core = self.queue, False
+        queue, core, sync = self.queue, False, self.sync
         while True:
             if not items:
+                if gil is not None:  # blocked in the queue's get: the GIL goes
+                    gil.release(lane)
                 if core:
                     cores.give()
                     core = False
@@ -232,13 +284,13 @@ class Host:
                 if turn is not None:
                     yield turn
                 core = True
-            if gil is not None:
+            if gil is not None:  # held already after the last op, unless asked to drop it
                 turn = gil.take(lane)
                 if turn is not None:
                     yield turn
             start = env.now
-            if hold or latency:
-                yield timeout(hold + latency)
+            if latency:  # the call into the kernel, with the GIL
+                yield timeout(latency)
             if gil is not None:
                 gil.release(lane)
             if crowd:
@@ -248,14 +300,17 @@ class Host:
                 self.crowding -= 1
             elif by_bytes or by_flops:
                 yield timeout(by_bytes + by_flops)
+            if gil is not None:  # the kernel returns into Python: the GIL again
+                turn = gil.take(lane)
+                if turn is not None:
+                    yield turn
             op = ops[position]
             spans.append(Span(lane, op.name, op.id, start, env.now, model.kinds[position]))
+            if sync and hold:  # NaiveEngine: the issuing call returns after the completion
+                yield timeout(hold)
             released = finish(position, op)
-            if released and self.release:  # freeing dropped buffers: Python work, with the GIL
-                if gil is not None:
-                    turn = gil.take(lane)
-                    if turn is not None:
-                        yield turn
-                yield timeout(released * self.release)
-                if gil is not None:
-                    gil.release(lane)
+            after = released * self.release + (0.0 if sync else hold)
+            if self.recheck and self.blocked_asleep():
+                after += self.recheck  # a blocked frontend tests its condition meanwhile
+            if after:
+                yield timeout(after)

@@ -8,22 +8,29 @@ A Profile says
   compute stream and a copy engine lane);
 - `costs`: `Cost`s keyed "DEVICE:NAME" where DEVICE is "cpu", "gpu" or "frontend" and NAME is an op
   name from `asyncsim.ops`, an op group (create, elementwise, reduce, dot, copy) or "*" (a fallback,
-  not for "frontend", whose fallback is t1). An op is priced by name, then group, then "*";
+  not for "frontend", whose fallback is t1). An op is priced by name, then group, then "*"; a
+  binary op whose operands' shapes differ (broadcasting: another path through the frontend and
+  the kernel) by "DEVICE:broadcast" before those, where the profile has one;
 - `links`: the copy cost of `copyto` between devices, keyed "cpu->gpu", "gpu->cpu", "gpu->gpu";
 - `free`: frontend seconds to drop a buffer's last handle; `meta`: where the numbers came from;
 - "frontend:<blocker>" costs (asnumpy, print, item, wait_to_read, waitall): what a blocker adds to
   t3 on the frontend, priced on the bytes of the array it returns (a copy, formatting);
 - a Cost may also say that bytes beyond `cache` move at `spill` bytes/s (caches outgrown), and
-  how much kernels running beside it slow it (`crowd`, see `Cost`);
+  bytes beyond a larger `cache2` at `spill2` (the last cache level outgrown too: main memory),
+  and how much kernels running beside it slow it (`crowd`, see `Cost`);
 - the host's contention, each off at its default (so the closed forms hold exactly): `dispatch`,
   the seconds a sleeping thread takes to wake up (an idle CPU worker handed an op, a thread handed
   the GIL); `gil`, Python seconds a CPU worker spends per op outside its kernel, holding the GIL
   (while the GIL is modelled, the running frontend and each op's latency hold it too); `release`,
-  what a worker adds (holding the GIL) when an op it finishes frees a dropped buffer; `switch`,
-  CPython's switch interval (`sys.getswitchinterval()`): how long a thread waits for the GIL
-  before the holder must hand it over; `spin`, how long a blocker spins before it sleeps (a
-  frontend whose wait ends within it is awake and takes a released GIL at once); `cores`, which
-  matters when fewer than workers + 1. `asyncsim.host` has the rules.
+  what a worker adds (holding the GIL) when an op it finishes frees a dropped buffer; `recheck`,
+  what a worker adds per op while the frontend sleeps in a blocker waiting for it (the engine
+  wakes the blocker after every op to test its condition, and it takes the GIL between the
+  worker's kernels); `startup`, what the first op of a fresh engine adds to the frontend (code
+  and threads that never ran: cold caches, first wake-ups); `switch`, CPython's switch interval
+  (`sys.getswitchinterval()`): how long a thread waits for the GIL before the holder must hand it
+  over; `spin`, how long a blocker spins before it sleeps (a frontend whose wait ends within it
+  is awake and takes a released GIL at once); `cores`, which matters when fewer than workers + 1.
+  `asyncsim.host` has the rules.
 
 A Cost is `latency + nbytes / bandwidth + flops / peak` seconds, with nbytes the op's bytes read
 plus written (for a link: the bytes copied, half of that) and flops from `asyncsim.ops`. Units:
@@ -49,10 +56,11 @@ from asyncsim.program import BLOCKERS
 DEVICE_KINDS = ("cpu", "gpu", "frontend")
 GROUPS = tuple(sorted({d.group for d in OPS.values()}))
 LINKS = ("cpu->gpu", "gpu->cpu", "gpu->gpu")
-COST_FIELDS = ("latency", "bandwidth", "peak", "cache", "spill", "crowd")
+BROADCAST = "broadcast"  # the key of a binary op whose operands' shapes differ
+COST_FIELDS = ("latency", "bandwidth", "peak", "cache", "spill", "cache2", "spill2", "crowd")
 _SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int, "gpus": int,
             "free": float, "dispatch": float, "gil": float, "release": float, "switch": float,
-            "spin": float, "pageable": int}
+            "spin": float, "recheck": float, "startup": float, "pageable": int}
 _MINIMUM = {"workers": 1, "cores": 1, "gpus": 0}
 
 
@@ -63,7 +71,8 @@ class ProfileError(ValueError):
 @dataclass
 class Cost:
     """Seconds to run one op: latency + nbytes / bandwidth + flops / peak, where bytes beyond
-    `cache` (an op whose data outgrows the caches) move at `spill` bytes/s instead. `crowd`: how
+    `cache` (an op whose data outgrows the caches) move at `spill` bytes/s instead, and bytes
+    beyond `cache2` (a larger level, outgrown too) at `spill2`. `crowd`: how
     much each other crowding kernel running beside it stretches its bytes time (memory
     bandwidth shared by cores; used by `asyncsim.host`)."""
 
@@ -72,6 +81,8 @@ class Cost:
     peak: float = math.inf
     cache: float = math.inf
     spill: float = math.inf
+    cache2: float = math.inf
+    spill2: float = math.inf
     crowd: float = 0.0
 
     def time(self, nbytes: float, flops: float) -> float:
@@ -81,7 +92,10 @@ class Cost:
         """Seconds that moving `nbytes` takes alone."""
         if nbytes <= self.cache:
             return nbytes / self.bandwidth
-        return self.cache / self.bandwidth + (nbytes - self.cache) / self.spill
+        near = self.cache / self.bandwidth
+        if nbytes <= self.cache2:
+            return near + (nbytes - self.cache) / self.spill
+        return near + (self.cache2 - self.cache) / self.spill + (nbytes - self.cache2) / self.spill2
 
 
 def device_kind(device: str) -> str:
@@ -110,6 +124,8 @@ class Profile:
     release: float = 0.0
     switch: float = 5e-3
     spin: float = 0.0
+    recheck: float = 0.0
+    startup: float = 0.0
     # 1: gpu->cpu copies land in pageable host memory, as a plain `.to('cpu')` or `.numpy()` in
     # PyTorch/TensorFlow does: the copy runs on the compute stream and the frontend waits for it,
     # so it cannot overlap compute (the book's 3.13 s against 0.12 + 2.16 s). 0: pinned buffers
@@ -121,8 +137,9 @@ class Profile:
         _check(self)
 
     # -- pricing ---------------------------------------------------------------------------
-    def rule(self, op) -> tuple[str, Cost]:
-        """The key that prices `op` on its lane and its Cost (a link for cross-device copies)."""
+    def rule(self, op, broadcast: bool = False) -> tuple[str, Cost]:
+        """The key that prices `op` on its lane and its Cost (a link for cross-device copies).
+        A `broadcast` op (operands of different shapes) is priced by "DEVICE:broadcast" first."""
         if is_link_copy(op):
             key = f"{device_kind(op.attrs['src'])}->{device_kind(op.attrs['dst'])}"
             if key not in self.links:
@@ -130,29 +147,31 @@ class Profile:
                                    f"(it has: {', '.join(self.links) or 'none'})")
             return key, self.links[key]
         kind = device_kind(op.device)
-        for key in (f"{kind}:{op.name}", f"{kind}:{OPS[op.name].group}", f"{kind}:*"):
+        keys = (f"{kind}:{op.name}", f"{kind}:{OPS[op.name].group}", f"{kind}:*")
+        for key in (f"{kind}:{BROADCAST}", *keys) if broadcast else keys:
             if key in self.costs:
                 return key, self.costs[key]
         raise ProfileError(f"profile {self.name!r} has no cost for {op.name} on {kind} "
                            f"(add {kind}:{op.name}, {kind}:{OPS[op.name].group} or {kind}:*)")
 
-    def cost(self, op) -> float:
+    def cost(self, op, broadcast: bool = False) -> float:
         """Seconds `op` holds its lane."""
-        key, cost = self.rule(op)
+        key, cost = self.rule(op, broadcast)
         if "->" in key:  # op.nbytes counts the array twice (read and written); a link moves it once
             return cost.time(op.nbytes / 2, 0.0)
         return cost.time(op.nbytes, op.flops)
 
-    def issue_rule(self, op) -> Cost | None:
+    def issue_rule(self, op, broadcast: bool = False) -> Cost | None:
         """The "frontend:" Cost that prices issuing `op`, or None when t1 does."""
-        for key in (f"frontend:{op.name}", f"frontend:{OPS[op.name].group}"):
+        keys = (f"frontend:{op.name}", f"frontend:{OPS[op.name].group}")
+        for key in (f"frontend:{BROADCAST}", *keys) if broadcast else keys:
             if key in self.costs:
                 return self.costs[key]
         return None
 
-    def issue(self, op) -> float:
+    def issue(self, op, broadcast: bool = False) -> float:
         """Seconds the frontend spends issuing `op`: a "frontend:" cost if one matches, else t1."""
-        cost = self.issue_rule(op)
+        cost = self.issue_rule(op, broadcast)
         return self.t1 if cost is None else cost.time(op.nbytes, op.flops)
 
     def blocker(self, kind: str, nbytes: int = 0) -> float:
@@ -163,9 +182,10 @@ class Profile:
 
     @property
     def contended(self) -> bool:
-        """Whether any host contention (wake-ups, the GIL, releases, crowding) is modelled."""
+        """Whether any host contention (wake-ups, the GIL, releases, re-checks, crowding) is
+        modelled."""
         crowded = any(cost.crowd for key, cost in self.costs.items() if key.startswith("cpu:"))
-        return bool(self.dispatch or self.gil or self.release or crowded)
+        return bool(self.dispatch or self.gil or self.release or self.recheck or crowded)
 
     # -- variants --------------------------------------------------------------------------
     def replace(self, **kv) -> Profile:
@@ -314,13 +334,13 @@ def check_key(key: str, table: str, source: str = "profile") -> None:
     kind, colon, name = key.partition(":")
     wildcard = name == "*" and kind != "frontend"
     blocker = name in BLOCKERS and kind == "frontend"
-    known = name in OPS or name in GROUPS or wildcard or blocker
+    known = name in OPS or name in GROUPS or name == BROADCAST or wildcard or blocker
     if not colon or kind not in DEVICE_KINDS or not known:
         raise ProfileError(
             f"{source}: unknown cost key {key!r}; use DEVICE:NAME with DEVICE one of "
             f"{', '.join(DEVICE_KINDS)} and NAME an op ({', '.join(OPS)}), a group "
-            f"({', '.join(GROUPS)}), * (not for frontend: its fallback is t1) or, for "
-            f"frontend, a blocker ({', '.join(BLOCKERS)})")
+            f"({', '.join(GROUPS)}), {BROADCAST}, * (not for frontend: its fallback is t1) or, "
+            f"for frontend, a blocker ({', '.join(BLOCKERS)})")
 
 
 def _cost(key: str, value, table: str, source: str) -> Cost:
@@ -340,7 +360,7 @@ def _cost(key: str, value, table: str, source: str) -> Cost:
         out.latency = _number(f"{where}.latency", value["latency"], source)
         if math.isinf(out.latency):
             raise ProfileError(f"{source}: {where}.latency must be finite")
-    for attr in ("bandwidth", "peak", "cache", "spill"):
+    for attr in ("bandwidth", "peak", "cache", "spill", "cache2", "spill2"):
         if attr in value:
             setattr(out, attr, _number(f"{where}.{attr}", value[attr], source, strict=True))
     if "crowd" in value:

@@ -23,17 +23,25 @@ adds a sample (t, device, live_bytes). Times are seconds of simulated time from 
 A blocker costs `profile.blocker(kind, nbytes)` once its wait is over: t3, plus what a
 "frontend:<kind>" cost adds for the bytes it hands back (asnumpy's copy, print's formatting).
 
+Pricing: an op by `profile.rule` on its lane and `profile.issue_rule` on the frontend; a binary
+op whose operands differ in shape (`BINARY`, broadcasting) by the profile's "broadcast" costs
+where it has them. The first op issued costs the frontend `profile.startup` more (a fresh
+engine: code and threads that never ran).
+
 The host (`asyncsim.host`, only when the profile asks for it, so `Profile.ideal` keeps the closed
 forms exact): idle CPU workers take `profile.dispatch` to wake up, CPython's GIL (the frontend
-holds it while it runs; a worker for `gil` + an op's latency; hand-overs cost a wake-up, a waiter
-forces one after `profile.switch`), buffers released by the worker that finishes their last op
-(`profile.release`), cores shared with a frontend that spins in its blockers, and memory-bound
-kernels crowding each other (`Cost.crowd`).
+holds it while it runs; a worker for an op's latency, again when its kernel returns, and for
+`gil` after the op; hand-overs cost a wake-up, a waiter forces one after `profile.switch`),
+buffers released by the worker that finishes their last op (`profile.release`), a frontend
+asleep in a blocker that tests its condition after every op (`profile.recheck`), cores shared
+with a frontend that spins in its blockers, and memory-bound kernels crowding each other
+(`Cost.crowd`).
 
 Not modelled: an op's own threads (its cost is taken to include whatever threads it uses; the
 calibrated costs are measured with the workers and BLAS threads of the run), the first touch of
-fresh memory (page faults), the start of a fresh engine (threads never run before, cold caches),
-Python's garbage collector, memory capacity limits, and errors raised inside ops.
+fresh memory (page faults), caches that a kernel leaves cold for the Python work after it,
+wake-ups that take longer the longer a thread slept, Python's garbage collector, memory
+capacity limits, and errors raised inside ops.
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ from asyncsim.trace import Span, Trace
 
 MODES = ("async", "sync")
 FRONTEND = "frontend"
+BINARY = frozenset({"add", "sub", "mul", "div"})  # the ops that broadcast their operands
 
 
 class _Queue(simpy.Store):
@@ -180,10 +189,11 @@ class _Model:
     def _prepare(self, op: Op) -> tuple[float, simpy.Store]:
         """Price `op` and pick its lane queue (cached per op name and devices); return its issue
         cost and that queue."""
-        key = (op.name, op.device, op.attrs.get("src"))
+        broadcast = op.name in BINARY and self._broadcast(op)
+        key = (op.name, op.device, op.attrs.get("src"), broadcast)
         rule = self.rules.get(key)
         if rule is None:
-            rule = self.rules[key] = self._rule(op)
+            rule = self.rules[key] = self._rule(op, broadcast)
         issue_cost, lane_cost, link, queue = rule
         self.ops.append(op)
         if link:
@@ -194,13 +204,19 @@ class _Model:
         self.in_order.append(queue is not self.pool)
         if self.host is not None:
             self.host.prepare(op, lane_cost, link)
-        if issue_cost is None:
-            return self.profile.t1, queue
-        return issue_cost.time(op.nbytes, op.flops), queue
+        cost = self.profile.t1 if issue_cost is None else issue_cost.time(op.nbytes, op.flops)
+        if len(self.ops) == 1:  # the first push into a fresh engine
+            cost += self.profile.startup
+        return cost, queue
 
-    def _rule(self, op: Op) -> tuple:
+    def _broadcast(self, op: Op) -> bool:
+        """Whether the operands of a binary op differ in shape (numpy's broadcasting)."""
+        shapes = {self.program.vars[var].shape for var in op.reads}
+        return len(shapes) > 1 or self.program.vars[op.out].shape not in shapes
+
+    def _rule(self, op: Op, broadcast: bool) -> tuple:
         link = is_link_copy(op)
-        _, lane_cost = self.profile.rule(op)
+        _, lane_cost = self.profile.rule(op, broadcast)
         if op.device == "cpu" and not link:
             queue = self.pool
         elif link and op.device == "cpu" and self.profile.pageable:
@@ -210,7 +226,7 @@ class _Model:
             queue = self.streams[gpu, "copy"]
         else:
             queue = self.streams[op.device, "compute"]
-        return self.profile.issue_rule(op), lane_cost, link, queue
+        return self.profile.issue_rule(op, broadcast), lane_cost, link, queue
 
     def _push(self, op: Op, queue: simpy.Store) -> int:
         position = len(self.ops) - 1

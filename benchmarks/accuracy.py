@@ -129,7 +129,7 @@ def main() -> None:
     profile = calibrate(workers=args.workers, force=args.force, progress=sys.stderr.isatty())
     workers = profile.workers
     us = {k: f"{getattr(profile, k) * 1e6:.1f} us" for k in
-          ("t1", "t3", "free", "dispatch", "gil", "release")}
+          ("t1", "t3", "free", "dispatch", "gil", "release", "recheck", "startup")}
     print(f"machine: {machine()}")
     background = profile.meta.get("measurements", {}).get("background load", float("nan"))
     print(f"profile: {profile.name}, calibrated {profile.meta.get('date')}, {workers} workers "
@@ -178,8 +178,8 @@ def main() -> None:
     longer = [abs(total.error) for _, total, _, _ in summary if total.measured >= 1e-3]
     if len(longer) < len(errors):
         short = [name for name, total, _, _ in summary if total.measured < 1e-3]
-        print(f"  without runs under 1 ms ({', '.join(short)}: a fresh engine's start-up, "
-              f"which the model does not have): median {statistics.median(longer):.1%}, "
+        print(f"  without runs under 1 ms ({', '.join(short)}: mostly a fresh engine's "
+              f"start-up and cold code): median {statistics.median(longer):.1%}, "
               f"max {max(longer):.1%}")
     if peaks:
         print(f"peak memory: median |error| {statistics.median(peaks):.1%}, max "

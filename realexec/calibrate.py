@@ -1,24 +1,32 @@
 """Calibration: measure this machine with microbenchmarks on the real engine -> asyncsim.Profile.
 
 `calibrate(workers=None, quick=False, cache=True, progress=True, force=False)` runs the
-microbenchmarks of `realexec.microbench` on `workers` CPU workers (default: one per core, as
-`realexec.run`) and turns them into the Profile that `asyncsim.simulate` prices a program with:
+microbenchmarks of `realexec.microbench` and `realexec.microbench_host` on `workers` CPU workers
+(default: one per core, as `realexec.run`) and turns them into the Profile that
+`asyncsim.simulate` prices a program with:
 
-- `t1` and "frontend:<op>" costs: seconds per issued op; `free`: seconds per dropped handle;
+- `t1` and "frontend:<op>" costs: seconds per issued op ("frontend:broadcast": a binary op on
+  operands of different shapes); `free`: seconds per dropped handle;
 - `t3`: the blocker's wake-up after the op it waits for ends; "frontend:asnumpy|print|item":
-  what those blockers add (a copy, formatting), latency + bytes / bandwidth of the array;
-- `dispatch`: the rest of an idle engine's round trip (a sleeping worker waking up);
+  what those blockers add (a copy, formatting), latency + bytes / bandwidth of the array, each
+  the first of its kind in a fresh session (cold code, as the chapters' once-per-region calls);
+- `startup`: what a fresh engine's first op round trip takes beyond a warm one;
+- `dispatch`: the rest of an idle engine's round trip (a sleeping worker waking up), from two
+  round trips measured at the start and at the end, averaged;
 - `gil`: Python seconds per op on a worker outside its kernel, holding the GIL; `release`: what
   a worker adds when an op it finishes was the last user of a buffer the frontend dropped;
+  `recheck`: what it adds per op while the frontend sleeps in a blocker waiting for it;
 - "cpu:<op|group>" costs: latency + bytes / bandwidth fits over sizes for create, elementwise,
-  binary, copy and reduce ops and the compute-bound samplers (with bytes beyond a cache size at a
-  second bandwidth where that fits far better); latency + bytes / bandwidth + flops / peak for
-  `dot` (square products and matrix-vector products); non-negative least squares on relative
-  error, each point the median of repeats;
+  binary (and broadcasting binary: "cpu:broadcast"), copy and reduce ops and the compute-bound
+  samplers (with bytes beyond a cache size at a second bandwidth, and beyond a larger one at a
+  third, where that fits far better); latency + bytes / bandwidth + flops / peak for `dot`
+  (square products and matrix-vector products); non-negative least squares on relative error,
+  each point a low quantile of repeats (`realexec.microbench.kernel_times`, `realexec.fits`);
 - `crowd` of those costs: how much one more kernel running at once stretches a memory-bound
   kernel's bytes time, from the same op on W workers at once against one alone (compute-bound
   ops as a check); `cores`: this machine's cores; `spin`, `switch`: realexec's and CPython's.
-The numbers behind each value (and the slowdowns that are only reported) are in `meta`.
+The numbers behind each value (and the slowdowns that are only reported) are in `meta`;
+`refit(profile)` derives a profile from them again.
 
 None of this runs a scenario of `asyncsim.scenarios`: they are what the profile predicts.
 Results are cached as JSON under $XDG_CACHE_HOME/asyncsim (default ~/.cache/asyncsim), keyed by
@@ -31,7 +39,6 @@ Units: seconds, bytes, bytes per second, flops per second.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime
 import gc
 import hashlib
@@ -47,13 +54,13 @@ from pathlib import Path
 import numpy as np
 
 from asyncsim.profile import Cost, Profile, ProfileError
-from realexec import microbench
+from realexec import fits, microbench, microbench_host
 from realexec.engine import Engine, default_workers
-from realexec.fits import blocker_costs, cost_of, fit, fit_bytes, set_crowding
+from realexec.fits import FITTED, ROW, blocker_costs, fit, fit_bytes, kernel_costs, set_crowding
 from realexec.frontend import machine, session
 from realexec.microbench import BackgroundLoad  # noqa: F401 -- re-exported
 
-VERSION = 1  # bump when what is measured changes: older cache files are then ignored
+VERSION = 2  # bump when what is measured changes: older cache files are then ignored
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,8 @@ class Settings:
     blocker_sizes: tuple[int, ...]
     crowd_sizes: tuple[int, ...]  # elements of the memory-bound ops run on W workers at once
     compute_size: int  # elements of the compute-bound op run on W workers at once
+    fresh_rounds: int  # fresh sessions per blocker size (start-up, cold blockers)
+    recheck_size: int  # elements of the ops of the backlog a blocked frontend waits for
 
 
 # 2**23: the scenarios' largest arrays (2000 x 2000, ~2**22) spill out of the cache; with 2**22
@@ -76,17 +85,14 @@ FULL = Settings(sizes=(2**10, 2**13, 2**16, 2**18, 2**20, 2**21, 2**22, 2**23),
                 dot_sides=(32, 64, 128, 256, 512, 1024), gemv_sides=(128, 512, 2048),
                 repeats=7, issue_ops=300, loops=15, roundtrips=200,
                 blocker_sizes=(2**4, 2**12, 2**18, 2**21), crowd_sizes=(2**20, 2**22),
-                compute_size=2**20)
+                compute_size=2**20, fresh_rounds=3, recheck_size=2**13)
 QUICK = Settings(sizes=(2**8, 2**12, 2**16, 2**18), dot_sides=(16, 64, 256), gemv_sides=(64, 256),
                  repeats=3, issue_ops=100, loops=5, roundtrips=50, blocker_sizes=(2**4, 2**14),
-                 crowd_sizes=(2**18,), compute_size=2**14)
-
-F32 = 4
-
+                 crowd_sizes=(2**18,), compute_size=2**14, fresh_rounds=1, recheck_size=2**12)
 
 def _kernels(nd, settings: Settings) -> list[tuple]:
-    """(op name, profile keys it prices, maker(size) -> (() -> NDArray), bytes(size),
-    flops(size), sizes) for every fitted op."""
+    """(name in `realexec.fits.FITTED`, op name in the engine's log, maker(size) ->
+    (() -> NDArray), sizes) for every fitted op."""
     def vec(n):
         return nd.random.uniform(shape=(n,))
 
@@ -100,6 +106,10 @@ def _kernels(nd, settings: Settings) -> list[tuple]:
         x, y = vec(n), vec(n)
         return lambda: x + y
 
+    def broadcast(n):
+        x, row = nd.random.uniform(shape=(max(1, n // ROW), ROW)), vec(ROW)
+        return lambda: x + row
+
     def create(f):
         return lambda n: (lambda: f(n))
 
@@ -108,46 +118,32 @@ def _kernels(nd, settings: Settings) -> list[tuple]:
         b = nd.random.uniform(0, 2.0 / abs(n), shape=(abs(n), abs(n)))
         return lambda: nd.dot(a, b)
 
-    def dot_bytes(n):  # a negative side is a (1, |n|) x (|n|, |n|) product
-        m = abs(n)
-        return F32 * ((1 if n < 0 else m) * m * 2 + m * m)
-
-    def dot_flops(n):
-        m = abs(n)
-        return 2.0 * (1 if n < 0 else m) * m * m
-
     sizes = settings.sizes
-    binary_ops = ("cpu:add", "cpu:sub", "cpu:mul", "cpu:div")
     return [
-        ("ones", ("cpu:create",), create(lambda n: nd.ones((n,))), lambda n: F32 * n, None,
-         sizes),
-        ("normal", ("cpu:normal",), create(lambda n: nd.random.normal(shape=(n,))),
-         lambda n: F32 * n, None, sizes),
-        ("uniform", ("cpu:uniform",), create(lambda n: nd.random.uniform(shape=(n,))),
-         lambda n: F32 * n, None, sizes),
-        ("add_scalar", ("cpu:*", "cpu:elementwise"), unary(lambda x: x + 1.0),
-         lambda n: 2 * F32 * n, None, sizes),
-        ("add", binary_ops, binary, lambda n: 3 * F32 * n, None, sizes),
-        ("copy", ("cpu:copy",), unary(lambda x: x.copy()), lambda n: 2 * F32 * n, None, sizes),
-        ("sum", ("cpu:reduce",), unary(lambda x: x.sum()), lambda n: F32 * (n + 1), None,
-         sizes),
-        ("dot", ("cpu:dot",), product, dot_bytes, dot_flops,
-         settings.dot_sides + tuple(-n for n in settings.gemv_sides)),
+        ("ones", "ones", create(lambda n: nd.ones((n,))), sizes),
+        ("normal", "normal", create(lambda n: nd.random.normal(shape=(n,))), sizes),
+        ("uniform", "uniform", create(lambda n: nd.random.uniform(shape=(n,))), sizes),
+        ("add_scalar", "add_scalar", unary(lambda x: x + 1.0), sizes),
+        ("add", "add", binary, sizes),
+        ("broadcast", "add", broadcast, sizes),
+        ("copy", "copy", unary(lambda x: x.copy()), sizes),
+        ("sum", "sum", unary(lambda x: x.sum()), sizes),
+        ("dot", "dot", product, settings.dot_sides + tuple(-n for n in settings.gemv_sides)),
     ]
 
 
-def _measure(workers: int, settings: Settings, progress: bool) -> tuple[dict, dict]:
-    """Run every microbenchmark: the fitted CPU costs, and everything measured (raw numbers)."""
+def _measure(workers: int, settings: Settings, progress: bool) -> dict:
+    """Run every microbenchmark; everything measured (raw numbers, fitted by `_profile`)."""
     from tqdm.auto import tqdm
 
     raw: dict = {}
-    costs: dict[str, Cost] = {}
     s = settings
+    bar = tqdm(total=9 + len(FITTED), desc="calibrating", disable=not progress, leave=False)
+    bar.set_postfix_str("fresh engines")
+    raw["fresh"] = microbench_host.fresh(workers, s.blocker_sizes, s.fresh_rounds)
+    bar.update()
     with session(workers=workers) as nd:
         bench = microbench._Bench(nd, workers)
-        kernels = _kernels(nd, s)
-        bar = tqdm(total=5 + len(kernels), desc="calibrating", disable=not progress,
-                   leave=False)
         bar.set_postfix_str("frontend")
         front = microbench.frontend(bench, s.issue_ops, s.loops)
         raw["issue"], raw["free"] = front["issue"], front["free"]
@@ -163,26 +159,24 @@ def _measure(workers: int, settings: Settings, progress: bool) -> tuple[dict, di
         bar.set_postfix_str("worker overhead")
         raw["worker"] = microbench.worker_overhead(bench, s.issue_ops, max(3, s.loops // 3))
         bar.update()
+        bar.set_postfix_str("blocked frontend")
+        raw["blocked"] = microbench_host.blocked(bench, s.issue_ops, max(3, s.loops // 3),
+                                                 s.recheck_size)
+        bar.update()
         fits = raw["kernels"] = {}
-        for name, keys, make, nbytes, flops, sizes in kernels:
+        for name, logged, make, sizes in _kernels(nd, s):
             bar.set_postfix_str(name)
-            times = np.array(microbench.kernel_times(bench, make, sizes, s.repeats, name))
-            moved = np.array([nbytes(n) for n in sizes], float)
-            if flops is None:
-                cost, coef = fit_bytes(moved, times)
-            else:
-                columns = [np.ones(len(sizes)), moved, np.array([flops(n) for n in sizes], float)]
-                coef = fit(np.stack(columns, axis=1), times).tolist()
-                cost = cost_of(coef)
-            for key in keys:
-                costs[key] = dataclasses.replace(cost)
-            fits[name] = {"sizes": list(sizes), "seconds": times.tolist(), "coefficients": coef}
+            times = microbench.kernel_times(bench, make, sizes, s.repeats, logged)
+            fits[name] = {"sizes": list(sizes), "seconds": times}
             bar.update()
+        bar.set_postfix_str("round trip")
+        raw["roundtrip_late"] = microbench.roundtrip(bench, s.roundtrips, s.loops)
+        bar.update()
         bar.set_postfix_str("concurrency")
         raw["concurrency"] = _concurrency(bench, s) if workers > 1 else {}
         bar.update()
     bar.close()
-    return costs, raw
+    return raw
 
 
 def _concurrency(bench, s: Settings) -> dict:
@@ -197,37 +191,58 @@ def _concurrency(bench, s: Settings) -> dict:
     cases += [("normal", lambda: nd.random.normal(shape=(s.compute_size,)), "normal"),
               ("dot", lambda: nd.dot(m, m), "dot")]
     for label, make, name in cases:
-        alone, together = microbench.concurrency(bench, make, 4, name)
+        alone, together = microbench_host.concurrency(bench, make, 4, name)
         out[label] = {"alone": alone, "together": together}
-    alone_period, busy_period = microbench.busy_frontend(bench, s.issue_ops // 2, s.loops,
-                                                         40 * s.issue_ops)
+    alone_period, busy_period = microbench_host.busy_frontend(bench, s.issue_ops // 2,
+                                                              s.loops, 40 * s.issue_ops)
     out["frontend"] = {"alone": alone_period, "busy": busy_period}
     return out
 
 
-def _profile(name: str, workers: int, costs: dict[str, Cost], raw: dict, meta: dict) -> Profile:
+def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
+    """The Profile from everything measured (`raw`, as `_measure` returns it)."""
+    costs = kernel_costs(raw["kernels"])
     issue = raw["issue"]
     t1 = issue["add_scalar"]
     frontend = {"frontend:elementwise": t1, "frontend:create": issue["ones"],
                 "frontend:reduce": issue["sum"], "frontend:dot": issue["dot"],
                 "frontend:copy": issue["copy"], "frontend:add": issue["add"],
                 "frontend:sub": issue["add"], "frontend:mul": issue["add"],
-                "frontend:div": issue["add"], "frontend:relu": issue["relu"],
-                "frontend:normal": issue["normal"], "frontend:uniform": issue["normal"],
-                "frontend:slice": issue["slice"]}
-    costs = dict(costs)
+                "frontend:div": issue["add"], "frontend:broadcast": issue["broadcast"],
+                "frontend:relu": issue["relu"], "frontend:normal": issue["normal"],
+                "frontend:uniform": issue["normal"], "frontend:slice": issue["slice"]}
     costs.update({key: Cost(latency=secs) for key, secs in frontend.items()})
-    costs.update(blocker_costs(raw["blockers"]))
-    trip, gil = raw["roundtrip"], raw["worker"]["independent"]
+    fresh = raw["fresh"]
+    # the chapters' asnumpy, print and item run once per region: priced cold (see fresh)
+    costs.update(blocker_costs({**fresh["blockers"],
+                                "wait_to_read": raw["blockers"]["wait_to_read"]}))
+    # the round trip, measured early and late and averaged: this machine's wake-ups and cores
+    # speed up and slow down for seconds at a time, and one measurement may catch either
+    late = raw.get("roundtrip_late", raw["roundtrip"])
+    trip = {k: 0.5 * (v + late[k]) for k, v in raw["roundtrip"].items()}
+    gil = raw["worker"]["independent"]
     release = max(0.0, raw["worker"]["chain_dropped"] - raw["worker"]["chain"])
     t3 = trip["t3"]
-    # the idle round trip's remainder: the worker waking up, the call into the blocker
-    dispatch = max(0.0, trip["period"] - t1 - raw["free"] - gil - trip["exec"] - t3)
+    # the idle round trip's remainder: the worker waking up, the call into the blocker (the
+    # worker's own Python work after the op runs while the frontend wakes: inside t3); with the
+    # op priced as the model prices it, so that the model's round trip is the measured one
+    elements = microbench.ROUND_TRIP
+    exec_s = costs["cpu:elementwise"].time(2 * fits.F32 * elements, elements)
+    dispatch = max(0.0, trip["period"] - t1 - raw["free"] - exec_s - t3)
     set_crowding(costs, raw["concurrency"], workers)
     return Profile(name=name, t1=t1, t3=t3, workers=workers, cores=default_workers(), gpus=0,
                    costs=costs, free=raw["free"], dispatch=dispatch, gil=gil, release=release,
                    switch=sys.getswitchinterval(), spin=_engine_spin(),
+                   recheck=raw["blocked"]["recheck"], startup=fresh["startup"],
                    meta=json.loads(json.dumps({**meta, "measurements": raw})))  # as saved
+
+
+def refit(profile: Profile) -> Profile:
+    """`profile` computed again from the measurements it keeps in its meta (after a change of
+    the fits or of how a value is derived; the measurements themselves are not taken again)."""
+    meta = {k: v for k, v in profile.meta.items() if k != "measurements"}
+    raw = json.loads(json.dumps(profile.meta["measurements"]))
+    return _profile(profile.name, profile.workers, raw, meta)
 
 
 def _engine_spin() -> float:
@@ -292,7 +307,7 @@ def calibrate(workers: int | None = None, quick: bool = False, cache: bool = Tru
     gc.disable()  # a collection pauses every thread for up to ~100 ms: no part of a cost
     load = microbench.BackgroundLoad()
     try:
-        costs, raw = _measure(workers, settings, progress)
+        raw = _measure(workers, settings, progress)
     finally:
         if enabled:
             gc.enable()
@@ -307,7 +322,7 @@ def calibrate(workers: int | None = None, quick: bool = False, cache: bool = Tru
             "versions": _versions(), "workers": workers, "quick": quick,
             "settings": asdict(settings), "calibration_version": VERSION,
             "code": _code_digest()}
-    profile = _profile(platform.node() or "here", workers, costs, raw, meta)
+    profile = _profile(platform.node() or "here", workers, raw, meta)
     if cache:
         path.parent.mkdir(parents=True, exist_ok=True)
         profile.save(path)
@@ -315,4 +330,4 @@ def calibrate(workers: int | None = None, quick: bool = False, cache: bool = Tru
 
 
 __all__ = ["BackgroundLoad", "FULL", "QUICK", "Settings", "cache_dir", "cache_path", "calibrate",
-           "fit", "fit_bytes"]
+           "fit", "fit_bytes", "refit"]

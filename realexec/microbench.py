@@ -4,9 +4,10 @@ Each function takes a `_Bench` (an `nd` of `realexec.session` and its engine) an
 numbers in seconds, bytes and bytes (or flops) per second. None of them runs a scenario of
 `asyncsim.scenarios`: those are what the resulting Profile predicts. What they measure:
 
-- `frontend`: the frontend's seconds per op (`t1`, and a cost per op name), from the period of a
-  loop that issues ops while every worker is held by a sleeping op, so no worker competes for the
-  GIL or a core; `free`, the extra period when each result is dropped at once.
+- `frontend`: the frontend's seconds per op (`t1`, and a cost per op name; "broadcast": `a + b`
+  with shapes that differ, which takes the frontend's general path), from the period of a loop
+  that issues ops while every worker is held by a sleeping op, so no worker competes for the GIL
+  or a core; `free`, the extra period when each result is dropped at once.
 - `roundtrip`: a tiny op issued then waited for, over and over: the wake-up after completion
   (`t3` = wait end - exec end), and `dispatch`, what the rest of the round trip costs beyond
   t1 + exec + t3 (an idle worker waking up, the call into the blocker).
@@ -14,12 +15,13 @@ numbers in seconds, bytes and bytes (or flops) per second. None of them runs a s
   t3, over array sizes.
 - `worker_overhead`: a backlog of tiny ops drained by one worker: the gap between consecutive
   exec spans, Python work outside the kernel that holds the GIL (`gil`).
-- `kernel_times`: exec-span medians of one op at a time, over sizes, for the per-op cost fits.
-- `concurrency`: the same op on W workers at once against one at a time (memory bandwidth shared
-  by the workers; compute-bound ops as a check), and the frontend's period while W workers run.
+- `kernel_times`: exec spans of one op at a time (a low quantile of repeats), over sizes, for
+  the per-op cost fits.
 
-Times come from the engine's own log (`time.perf_counter_ns`), as in a measured Trace.
-`BackgroundLoad` says how busy other processes kept the cores meanwhile (a noisy measurement).
+`realexec.microbench_host` has the ones about the host: kernels that run at once, a busy
+frontend, a fresh engine, cold blockers and a blocked frontend. Times come from the engine's own
+log (`time.perf_counter_ns`), as in a measured Trace. `BackgroundLoad` says how busy other
+processes kept the cores meanwhile (a noisy measurement).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from time import perf_counter_ns
 import numpy as np
 
 _HOLD = "calibrate-hold"
+ROUND_TRIP = 8  # elements of the round trip's op
 
 
 class _Bench:
@@ -69,10 +72,12 @@ def frontend(bench: _Bench, n: int, repeats: int) -> dict:
     nd = bench.nd
     x = nd.ones((8,))
     m = nd.ones((4, 4))
+    row = nd.ones((4,))
     nd.waitall()
     makers = {
         "add_scalar": lambda: x + 1.0,
         "add": lambda: x + x,
+        "broadcast": lambda: m + row,
         "relu": lambda: nd.relu(x),
         "ones": lambda: nd.ones((8,)),
         "normal": lambda: nd.random.normal(shape=(8,)),
@@ -84,7 +89,7 @@ def frontend(bench: _Bench, n: int, repeats: int) -> dict:
     hold_s = max(0.02, 60e-6 * n)
 
     def period(make, keep: bool) -> float:
-        bench.hold((x, m), hold_s)
+        bench.hold((x, m, row), hold_s)
         kept = []
         start = perf_counter_ns()
         if keep:
@@ -111,9 +116,10 @@ def frontend(bench: _Bench, n: int, repeats: int) -> dict:
 
 
 def roundtrip(bench: _Bench, n: int, repeats: int) -> dict:
-    """Issue a tiny op and wait for it, n times: per-iteration seconds split into the parts."""
+    """Issue a tiny op (`x + 1.0` on ROUND_TRIP elements) and wait for it, n times:
+    per-iteration seconds split into the parts."""
     nd = bench.nd
-    x = nd.ones((8,))
+    x = nd.ones((ROUND_TRIP,))
     nd.waitall()
     periods, execs, wakes, lags = [], [], [], []
     for _ in range(repeats):
@@ -218,7 +224,11 @@ def worker_overhead(bench: _Bench, n: int, repeats: int) -> dict:
 
 
 def kernel_times(bench: _Bench, make, sizes, repeats: int, name: str) -> list[float]:
-    """Median exec seconds of `make(size)` (an op called `name`), one op at a time per size."""
+    """Exec seconds of `make(size)` (an op called `name`), one op at a time per size: a low
+    quantile of the repeats. Each op wakes a sleeping worker, and on this kind of machine every
+    other wake-up may land the worker on the core where the frontend spins in its blocker, which
+    stretches a short op's span several times (a cost of the round trip, which `roundtrip`
+    prices); load from elsewhere, too, only ever adds time."""
     nd = bench.nd
     out = []
     for size in sizes:
@@ -228,69 +238,9 @@ def kernel_times(bench: _Bench, make, sizes, repeats: int, name: str) -> list[fl
         for _ in range(repeats):
             make_one().wait_to_read()
         spans = bench.spans(since, "exec", name)
-        out.append(float(np.median([b - a for _, _, a, b in spans])))
+        out.append(float(np.quantile([b - a for _, _, a, b in spans], 0.25)))
         nd.waitall()
     return out
-
-
-def concurrency(bench: _Bench, make, count: int, name: str, rounds: int = 5) -> tuple:
-    """(one at a time, W at once): median exec seconds of `make()` ops, `count` per worker, in
-    alternating rounds; the pair from the round with the median ratio (load from elsewhere
-    hitting one half of a round moves its ratio, not the median round's).
-
-    W at once: the ops are queued while every worker sleeps in a held op, so each worker finds
-    work when it returns and none waits to be woken."""
-    nd = bench.nd
-    pairs = []
-    for _ in range(rounds):
-        result = {}
-        for together in (False, True):
-            since = bench.mark()
-            kept = []
-            if together:
-                bench.hold((), 0.005)
-            for _ in range(count * bench.workers):
-                y = make()
-                if together:
-                    kept.append(y)
-                else:
-                    y.wait_to_read()
-            nd.waitall()
-            del kept, y
-            spans = bench.spans(since, "exec", name)
-            result[together] = float(np.median([b - a for _, _, a, b in spans]))
-        pairs.append((result[False], result[True]))
-    pairs.sort(key=lambda pair: pair[1] / pair[0])
-    return pairs[len(pairs) // 2]
-
-
-def busy_frontend(bench: _Bench, n: int, repeats: int, size: int) -> tuple[float, float]:
-    """Issue period of tiny ops (kept pending) with workers asleep vs all W running kernels."""
-    nd = bench.nd
-    out = []
-    for busy in (False, True):
-        samples = []
-        for _ in range(repeats):
-            if busy:
-                bench.hold((), 0.002)  # workers find the long ops queued when they return
-                longs = [nd.random.normal(shape=(size,)) for _ in range(bench.workers)]
-                x = longs[0][0:8]  # reads a running op's output: queued until it is done
-                time.sleep(4e-3)  # let the workers start
-            else:
-                x = nd.ones((8,))
-                nd.waitall()
-                bench.hold((x,), max(0.02, 60e-6 * n))
-            kept = []
-            start = perf_counter_ns()
-            for _ in range(n):
-                kept.append(x + 1.0)
-            samples.append((perf_counter_ns() - start) * 1e-9 / n)
-            nd.waitall()
-            del kept, x
-            if busy:
-                del longs
-        out.append(float(np.median(samples)))
-    return out[0], out[1]
 
 
 class BackgroundLoad:

@@ -183,3 +183,25 @@ def test_fit_bytes_finds_a_cache_size():
     assert math.isclose(cost.spill, 30e9, rel_tol=1e-6)
     straight = np.array([1e-6 + b / 50e9 for b in nbytes])
     assert math.isinf(cal.fit_bytes(nbytes, straight)[0].cache)
+
+
+def test_fit_bytes_finds_a_second_cache_size():
+    """Times with three rates (a core's caches, a shared cache, main memory) get `cache`,
+    `spill`, `cache2` and `spill2`, where one cache size alone would bend the fit."""
+    truth = Cost(latency=1e-6, bandwidth=120e9, cache=5e5, spill=65e9, cache2=1.6e7, spill2=35e9)
+    nbytes = np.array([8e3, 6e4, 5e5, 2e6, 8e6, 1.6e7, 3.2e7, 6.4e7])
+    seconds = np.array([truth.time(b, 0.0) for b in nbytes])
+    cost, _ = cal.fit_bytes(nbytes, seconds)
+    assert (cost.cache, cost.cache2) == (5e5, 1.6e7)
+    for attr in ("bandwidth", "spill", "spill2"):
+        assert math.isclose(getattr(cost, attr), getattr(truth, attr), rel_tol=1e-6)
+
+
+def test_quick_profile_has_the_host_values_and_refits_to_itself(quick_profile):
+    """Calibration measures a fresh engine's start-up, a blocked frontend's re-checks and the
+    broadcasting costs; `refit` derives the same profile from the measurements it keeps."""
+    p = quick_profile
+    assert 0.0 <= p.startup < 0.1 and 0.0 <= p.recheck < 1e-3
+    assert {"cpu:broadcast", "frontend:broadcast"} <= set(p.costs)
+    assert p.blocker("print", 64) > p.t3
+    assert cal.refit(p) == p

@@ -212,3 +212,85 @@ def test_host_effects_only_add_time_to_a_chain(data, steps, workers):
                            gil=data.draw(st.floats(1e-7, 1e-5)),
                            release=data.draw(st.floats(0, 1e-5)))
     assert simulate(program, hosted).duration >= simulate(program, plain).duration - 1e-12
+
+
+def test_a_worker_needs_the_gil_again_when_its_kernel_returns():
+    """A kernel that ends while the frontend keeps issuing (holding the GIL) cannot complete:
+    its worker waits for the GIL, so the op ends only once the frontend blocks in waitall."""
+    def kernel_then_issues(nd, n=30):
+        big = nd.ones((1000,))
+        big.wait_to_read()
+        with nd.benchmark("region"):
+            y = big + 1  # a 0.1 ms kernel
+            big.wait_to_read()  # ready: the worker takes the GIL while the frontend returns
+            ys = [big * 2 for _ in range(n)]  # 30 issues of 10 us each: 0.3 ms
+            nd.waitall()
+        return y, ys
+
+    cost = Cost(latency=1e-6, bandwidth=8000 / 1e-4)  # 8000 bytes: 0.1 ms out of the GIL
+    profile = _profile(t1=1e-5, t3=2e-6, gil=1e-6, costs={"cpu:*": cost})
+    trace = predict(kernel_then_issues, profile)
+    first = next(s for s in trace.spans_of(kind="exec") if s.name == "add_scalar")
+    last_issue = max(s.end for s in trace.spans_of("frontend", "issue"))
+    assert first.start < last_issue - 2e-4  # it started during the issues...
+    assert first.end >= last_issue  # ...and finished only when the frontend let go
+
+
+def test_a_blocked_frontend_costs_each_op_recheck():
+    """While the frontend sleeps in a blocker (spin 0), each op its worker finishes before the
+    one it waits for costs the worker `recheck` more: n - 1 of them for a chain of n."""
+    def chain(nd, n=8):
+        x = nd.ones((4,))
+        x.wait_to_read()
+        with nd.benchmark("chain"):
+            for _ in range(n):
+                x = x + 1
+            x.wait_to_read()
+
+    n, recheck = 8, 3e-6
+    base = _profile(t1=1e-7, t3=0.0, dispatch=1e-9, costs={"cpu:*": Cost(latency=1e-4)})
+    plain = predict(chain, base, n=n).regions["chain"]
+    blocked = predict(chain, base.replace(recheck=recheck), n=n).regions["chain"]
+    assert blocked - plain == _exact((n - 1) * recheck)
+    spinning = base.replace(recheck=recheck, spin=1.0)  # never asleep: no re-checks
+    assert predict(chain, spinning, n=n).regions["chain"] == _exact(plain)
+
+
+def test_waiting_workers_each_get_a_turn_from_a_busy_frontend():
+    """A frontend issuing for many switch intervals hands the GIL to a waiting worker each
+    interval, to each of two waiting workers in turn: a waiter that lost a hand-over to an
+    older one asks again one interval later (CPython's take_gil)."""
+    def long_burst(nd, n=300):
+        x = nd.ones((4,))
+        x.wait_to_read()
+        with nd.benchmark("burst"):
+            ys = [x + 1 for _ in range(n)]
+            nd.waitall()
+        return ys
+
+    switch = 1e-3
+    profile = _profile(workers=2, t1=5e-5, t3=0.0, gil=1e-6, dispatch=1e-5, switch=switch,
+                       costs={"cpu:*": Cost(latency=1e-6, bandwidth=64 / 1e-5)})
+    trace = predict(long_burst, profile)
+    last_issue = max(s.end for s in trace.spans_of("frontend", "issue"))
+    during = [s for s in trace.spans_of(kind="exec") if s.end < last_issue]
+    assert {s.lane for s in during} == {"cpu/w0", "cpu/w1"}
+    assert len(during) >= 0.5 * last_issue / switch
+
+
+def test_the_first_op_of_a_fresh_engine_costs_startup():
+    """The first op issued costs the frontend t1 + startup; the others t1; the presets have no
+    startup, and it alone turns no host effect on."""
+    def two_ops(nd):
+        with nd.benchmark("two"):
+            a = nd.ones((4,))
+            b = a + 1
+            b.wait_to_read()
+
+    t1, t2, t3, startup = 1e-5, 1e-4, 2e-5, 3e-4
+    profile = Profile.ideal(t1=t1, t2=t2, t3=t3).replace(startup=startup)
+    assert not profile.contended and Profile.ideal().startup == 0.0
+    issues = predict(two_ops, profile).spans_of("frontend", "issue")
+    assert [s.duration for s in issues] == [_exact(t1 + startup), _exact(t1)]
+    # the second issue overlaps the first op (t2 > t1): the chain is startup + t1 + 2 t2 + t3
+    assert predict(two_ops, profile).regions["two"] == _exact(startup + t1 + 2 * t2 + t3)

@@ -240,3 +240,45 @@ def test_book_zh_preset_gives_back_the_loop_table():
     """'book-zh' reproduces d2l-zh 8.2.3's 1000-iteration loop on a 2000x2000 x."""
     assert _rows(_loop, "book-zh", shape=(2000, 2000)) == {"synchronous": 7.3877,
                                                           "asynchronous": 3.537}
+
+
+def _bias(nd):
+    """A broadcasting add (a row added to every row) and a same-shape add."""
+    m = nd.ones((4, 8))
+    row = nd.ones((8,))
+    with nd.benchmark("both"):
+        m + row
+        m + m
+        nd.waitall()
+
+
+def test_a_broadcasting_op_is_priced_by_the_broadcast_keys():
+    """An add whose operands differ in shape takes "cpu:broadcast" and "frontend:broadcast"
+    where the profile has them; a same-shape add keeps its own keys; without them both fall
+    back to the usual order."""
+    costs = {"cpu:*": Cost(latency=1e-4), "cpu:broadcast": Cost(latency=3e-4),
+             "frontend:add": Cost(latency=1e-5), "frontend:broadcast": Cost(latency=4e-5)}
+    profile = Profile(name="p", t1=2e-5, t3=0.0, costs=costs)
+    trace = predict(_bias, profile)
+    issue = {s.op_id: s.duration for s in trace.spans_of("frontend", "issue")}
+    lane = {s.op_id: s.duration for s in trace.spans_of(kind="exec")}
+    bias, plain = sorted(issue)[-2:]
+    assert issue[bias] == pytest.approx(4e-5) and lane[bias] == pytest.approx(3e-4)
+    assert issue[plain] == pytest.approx(1e-5) and lane[plain] == pytest.approx(1e-4)
+    add = record(_bias).ops[-2]
+    assert profile.rule(add, broadcast=True)[0] == "cpu:broadcast"
+    assert profile.rule(add)[0] == "cpu:*"
+    assert Profile(name="q", t1=2e-5, t3=0.0, costs={"cpu:*": Cost()}).rule(add, True)[0] \
+        == "cpu:*"
+
+
+def test_bytes_beyond_a_second_cache_move_at_spill2():
+    """Up to `cache` bytes at `bandwidth`, then up to `cache2` at `spill`, the rest at
+    `spill2`; the fields survive a JSON round trip and are checked like the others."""
+    cost = Cost(latency=1.0, bandwidth=10.0, cache=100.0, spill=5.0, cache2=200.0, spill2=2.0)
+    assert cost.time(150.0, 0.0) == pytest.approx(1.0 + 10.0 + 10.0)
+    assert cost.time(300.0, 0.0) == pytest.approx(1.0 + 10.0 + 20.0 + 50.0)
+    profile = Profile(name="p", t1=0, t3=0, costs={"cpu:*": cost})
+    assert Profile.from_dict(json.loads(json.dumps(profile.to_dict()))) == profile
+    with pytest.raises(ProfileError, match="spill2"):
+        Profile.from_dict({"name": "p", "t1": 0, "t3": 0, "costs": {"cpu:*": {"spill2": 0}}})
