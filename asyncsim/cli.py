@@ -239,6 +239,11 @@ def cmd_calibrate(args) -> int:
         print(f"wrote {args.out}")
     print(f"profile {profile.name}: t1 {profile.t1 * 1e6:.2f} us, t3 {profile.t3 * 1e6:.2f} us, "
           f"{profile.workers} workers on {profile.cores} cores")
+    if "gpu:elementwise" in profile.costs:
+        dot, link = profile.costs["gpu:dot"], profile.links["cpu->gpu"]
+        print(f"  {profile.gpus} GPU(s), {profile.meta['gpu']['device']}: an op's launch "
+              f"{profile.costs['gpu:elementwise'].latency * 1e6:.1f} us, dot "
+              f"{dot.peak / 1e12:.2f} TFLOP/s, cpu->gpu {link.bandwidth / 1e9:.1f} GB/s")
     return 0
 
 

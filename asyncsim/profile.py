@@ -11,7 +11,12 @@ A Profile says
   not for "frontend", whose fallback is t1). An op is priced by name, then group, then "*"; a
   binary op whose operands' shapes differ (broadcasting: another path through the frontend and
   the kernel) by "DEVICE:broadcast" before those, where the profile has one;
-- `links`: the copy cost of `copyto` between devices, keyed "cpu->gpu", "gpu->cpu", "gpu->gpu";
+- `links`: the copy cost of `copyto` between devices, keyed "cpu->gpu", "gpu->cpu", "gpu->gpu",
+  and optionally "gpu->host": a blocker's copy of a GPU array into fresh (pageable) host memory
+  (asnumpy, item, print of GPU data; without it such a blocker is priced as on the CPU);
+- the GPU's host side (0 by default): `gpu_issue`, what issuing an op on a GPU adds to the
+  frontend's cost of it (a device buffer, the stream bookkeeping); `gpu_wait`, what a blocker
+  that waited for GPU work adds (the lane thread handing the op back, an event's synchronize);
 - `free`: frontend seconds to drop a buffer's last handle; `meta`: where the numbers came from;
 - "frontend:<blocker>" costs (asnumpy, print, item, wait_to_read, waitall): what a blocker adds to
   t3 on the frontend, priced on the bytes of the array it returns (a copy, formatting);
@@ -56,11 +61,13 @@ from asyncsim.program import BLOCKERS
 DEVICE_KINDS = ("cpu", "gpu", "frontend")
 GROUPS = tuple(sorted({d.group for d in OPS.values()}))
 LINKS = ("cpu->gpu", "gpu->cpu", "gpu->gpu")
+READBACK = "gpu->host"  # a blocker's copy of GPU data into fresh host memory (an optional link)
 BROADCAST = "broadcast"  # the key of a binary op whose operands' shapes differ
 COST_FIELDS = ("latency", "bandwidth", "peak", "cache", "spill", "cache2", "spill2", "crowd")
 _SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int, "gpus": int,
             "free": float, "dispatch": float, "gil": float, "release": float, "switch": float,
-            "spin": float, "recheck": float, "startup": float, "pageable": int}
+            "spin": float, "recheck": float, "startup": float, "gpu_issue": float,
+            "gpu_wait": float, "pageable": int}
 _MINIMUM = {"workers": 1, "cores": 1, "gpus": 0}
 
 
@@ -126,6 +133,8 @@ class Profile:
     spin: float = 0.0
     recheck: float = 0.0
     startup: float = 0.0
+    gpu_issue: float = 0.0
+    gpu_wait: float = 0.0
     # 1: gpu->cpu copies land in pageable host memory, as a plain `.to('cpu')` or `.numpy()` in
     # PyTorch/TensorFlow does: the copy runs on the compute stream and the frontend waits for it,
     # so it cannot overlap compute (the book's 3.13 s against 0.12 + 2.16 s). 0: pinned buffers
@@ -170,15 +179,27 @@ class Profile:
         return None
 
     def issue(self, op, broadcast: bool = False) -> float:
-        """Seconds the frontend spends issuing `op`: a "frontend:" cost if one matches, else t1."""
+        """Seconds the frontend spends issuing `op`: a "frontend:" cost if one matches, else t1;
+        plus `gpu_issue` for an op on a GPU."""
         cost = self.issue_rule(op, broadcast)
-        return self.t1 if cost is None else cost.time(op.nbytes, op.flops)
+        seconds = self.t1 if cost is None else cost.time(op.nbytes, op.flops)
+        return seconds + (self.gpu_issue if device_kind(op.device) == "gpu" else 0.0)
 
-    def blocker(self, kind: str, nbytes: int = 0) -> float:
+    def blocker(self, kind: str, nbytes: int = 0, device: str = "cpu",
+                waited: bool = False) -> float:
         """Seconds a blocker of `kind` costs the frontend once its wait is over: t3, plus its
-        "frontend:<kind>" cost on the `nbytes` it returns when there is one."""
+        "frontend:<kind>" cost on the `nbytes` it returns when there is one. On GPU data
+        (`device`; for waitall, a program with GPU work): plus `gpu_wait` if it `waited`, and a
+        copy of the data by the "gpu->host" link, where there is one, instead of the frontend's
+        own copy (print still formats)."""
         cost = self.costs.get(f"frontend:{kind}")
-        return self.t3 if cost is None else self.t3 + cost.time(nbytes, 0.0)
+        extra = 0.0 if cost is None else cost.time(nbytes, 0.0)
+        if device_kind(device) != "gpu":
+            return self.t3 + extra
+        readback = self.links.get(READBACK)
+        if readback is not None and kind in ("asnumpy", "item", "print"):
+            extra = readback.time(nbytes, 0.0) + (extra if kind == "print" else 0.0)
+        return self.t3 + extra + (self.gpu_wait if waited else 0.0)
 
     @property
     def contended(self) -> bool:
@@ -328,8 +349,9 @@ def _table(doc: dict, name: str, source: str) -> dict:
 def check_key(key: str, table: str, source: str = "profile") -> None:
     """A ProfileError unless `key` names something a Profile can price."""
     if table == "links":
-        if key not in LINKS:
-            raise ProfileError(f"{source}: unknown link {key!r}; links: {', '.join(LINKS)}")
+        if key not in (*LINKS, READBACK):
+            raise ProfileError(f"{source}: unknown link {key!r}; links: "
+                               f"{', '.join((*LINKS, READBACK))}")
         return
     kind, colon, name = key.partition(":")
     wildcard = name == "*" and kind != "frontend"
@@ -380,5 +402,5 @@ def _check(profile: Profile) -> None:
             entries[key] = _cost(key, cost, table, "profile")
 
 
-__all__ = ["COST_FIELDS", "Cost", "LINKS", "Profile", "ProfileError", "check_key",
+__all__ = ["COST_FIELDS", "Cost", "LINKS", "READBACK", "Profile", "ProfileError", "check_key",
            "device_kind", "is_link_copy"]

@@ -20,8 +20,10 @@ Memory: an op's fresh output is reserved on its device when the op's issue start
 once the frontend has freed the var and every op reading or writing it has finished. Each change
 adds a sample (t, device, live_bytes). Times are seconds of simulated time from 0.
 
-A blocker costs `profile.blocker(kind, nbytes)` once its wait is over: t3, plus what a
-"frontend:<kind>" cost adds for the bytes it hands back (asnumpy's copy, print's formatting).
+A blocker costs `profile.blocker(kind, nbytes, device, waited)` once its wait is over: t3, plus
+what a "frontend:<kind>" cost adds for the bytes it hands back (asnumpy's copy, print's
+formatting); on GPU data, `gpu_wait` if it waited and the "gpu->host" readback (see Profile).
+An op on a GPU costs the frontend `profile.gpu_issue` more.
 
 Pricing: an op by `profile.rule` on its lane and `profile.issue_rule` on the frontend; a binary
 op whose operands differ in shape (`BINARY`, broadcasting) by the profile's "broadcast" costs
@@ -91,6 +93,8 @@ class _Model:
         self.stream_waits: dict = {}  # position -> Event its stream waits on
         self.inflight = 0
         self.idle_event = None  # Event a waitall waits on
+        # a waitall of a program that runs anything on a GPU also waits for the devices
+        self.gpu_program = "gpu" if any(d != "cpu" for d in program.devices) else "cpu"
         self.slots = simpy.Container(env, max_inflight, init=max_inflight) if max_inflight else None
         self.touching: dict = {}  # var -> count of unfinished ops that read or write it
         self.freed: set = set()  # vars dropped by the frontend but still touched
@@ -155,8 +159,12 @@ class _Model:
                     yield event
                     if host is not None:
                         host.frontend_woke()
-                nbytes = 0 if ins.var is None else self.program.vars[ins.var].nbytes
-                yield timeout(profile.blocker(ins.kind, nbytes))
+                if ins.var is None:
+                    nbytes, device = 0, self.gpu_program
+                else:
+                    var = self.program.vars[ins.var]
+                    nbytes, device = var.nbytes, var.device
+                yield timeout(profile.blocker(ins.kind, nbytes, device, event is not None))
                 spans.append(Span("frontend", ins.kind, -1, start, env.now, "wait"))
             elif kind is Free:
                 if profile.free:
@@ -205,6 +213,8 @@ class _Model:
         if self.host is not None:
             self.host.prepare(op, lane_cost, link)
         cost = self.profile.t1 if issue_cost is None else issue_cost.time(op.nbytes, op.flops)
+        if op.device != "cpu":
+            cost += self.profile.gpu_issue
         if len(self.ops) == 1:  # the first push into a fresh engine
             cost += self.profile.startup
         return cost, queue

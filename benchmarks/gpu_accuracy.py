@@ -5,8 +5,9 @@ machine's calibrated profile (CPU and GPU microbenchmarks) and run on the real e
         [--profile-out FILE]
     NUMBA_ENABLE_CUDASIM=1 python benchmarks/gpu_accuracy.py --quick   # checks the script only
 
-1. `realexec.calibrate(workers)` for the CPU (cached) and `realexec.calibrate_gpu.with_gpu` for
-   gpu(0): kernel backlogs, copies both ways, never a scenario;
+1. `realexec.calibrate(workers, gpu=True)`: the CPU's microbenchmarks and gpu(0)'s
+   (`realexec.calibrate_gpu`: kernel backlogs, copies both ways, the host's side), never a
+   scenario; cached (`--force` measures again);
 2. every scenario that needs no more GPUs than this machine has: recorded and simulated on that
    profile, run on the engine as benchmarks/accuracy.py does (a warm-up run, then the median of
    `--repeat` runs with the garbage collector paused), and the two tabled side by side;
@@ -28,7 +29,6 @@ from accuracy import measure, predict  # benchmarks/accuracy.py, beside this scr
 from asyncsim import scenarios
 from asyncsim.compare import compare, table
 from realexec.calibrate import calibrate
-from realexec.calibrate_gpu import with_gpu
 from realexec.frontend import machine
 from realexec.gpu_device import SIM_GPUS
 from realexec.kernels import gpu
@@ -51,7 +51,9 @@ def describe(profile) -> str:
              f"  blocker wake-up after a GPU op {host['t3_gpu'] * 1e6:.1f} us (CPU t3 "
              f"{profile.t3 * 1e6:.1f} us); frontend per GPU op {host['issue_gpu_op'] * 1e6:.1f} "
              f"us (t1 {profile.t1 * 1e6:.1f} us); asnumpy readback "
-             f"{host['readback']['bandwidth'] / 1e9:.1f} GB/s"]
+             f"{host['readback']['bandwidth'] / 1e9:.1f} GB/s",
+             f"  gpu_issue {profile.gpu_issue * 1e6:.1f} us, gpu_wait {profile.gpu_wait * 1e6:.1f} "
+             f"us (a GPU round trip {host['roundtrip'] * 1e6:.1f} us)"]
     return "\n".join(lines)
 
 
@@ -69,8 +71,7 @@ def main() -> None:
 
     start = time.perf_counter()
     profile = calibrate(workers=args.workers, quick=args.quick, force=args.force,
-                        progress=sys.stderr.isatty())
-    profile = with_gpu(profile, quick=args.quick, progress=sys.stderr.isatty())
+                        progress=sys.stderr.isatty(), gpu=True)
     if args.profile_out:
         profile.save(args.profile_out)
     print(f"machine: {machine()}; {profile.workers} CPU workers; calibrated in "

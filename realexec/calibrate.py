@@ -28,6 +28,9 @@ microbenchmarks of `realexec.microbench` and `realexec.microbench_host` on `work
 The numbers behind each value (and the slowdowns that are only reported) are in `meta`;
 `refit(profile)` derives a profile from them again.
 
+On a machine with a real GPU (or with `gpu=True`), `realexec.calibrate_gpu` adds gpu(0)'s
+costs: the "gpu:" kernel costs, the host-device links, `gpu_issue` and `gpu_wait`.
+
 None of this runs a scenario of `asyncsim.scenarios`: they are what the profile predicts.
 Results are cached as JSON under $XDG_CACHE_HOME/asyncsim (default ~/.cache/asyncsim), keyed by
 machine, package versions, the measured code (realexec, the frontend), workers and settings: a
@@ -272,7 +275,7 @@ def _code_digest() -> str:
     import realexec
 
     digest = hashlib.sha1()
-    for package, names in ((realexec, ("*.py", "kernels/cpu.py")),
+    for package, names in ((realexec, ("*.py", "kernels/*.py")),
                            (asyncsim, ("frontend.py", "ops.py"))):
         root = Path(package.__file__).parent
         for name in names:
@@ -281,24 +284,39 @@ def _code_digest() -> str:
     return digest.hexdigest()[:12]
 
 
-def cache_path(workers: int, quick: bool) -> Path:
+def cache_path(workers: int, quick: bool, gpu: bool = False) -> Path:
     """Where the profile for this machine, these versions, this code and these settings is
     cached."""
     settings = QUICK if quick else FULL
     key = json.dumps([VERSION, platform.node(), machine(), _versions(), _code_digest(), workers,
-                      asdict(settings)], sort_keys=True)
+                      asdict(settings), _gpu_name() if gpu else None], sort_keys=True)
     digest = hashlib.sha1(key.encode()).hexdigest()[:12]
     host = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in platform.node()) or "here"
     return cache_dir() / f"profile-{host}-w{workers}{'-quick' if quick else ''}-{digest}.json"
 
 
+def _real_gpu() -> bool:
+    from realexec.kernels import gpu
+
+    return gpu.available() and not gpu.on_simulator()
+
+
+def _gpu_name() -> str:
+    from realexec.gpu_device import _device_name
+
+    return _device_name(0)
+
+
 def calibrate(workers: int | None = None, quick: bool = False, cache: bool = True,
-              progress: bool = True, force: bool = False) -> Profile:
-    """This machine's Profile for `workers` CPU workers, measured (or loaded from the cache)."""
+              progress: bool = True, force: bool = False, gpu: bool | None = None) -> Profile:
+    """This machine's Profile for `workers` CPU workers, measured (or loaded from the cache);
+    with `gpu` (default: when a real GPU is here, not the simulator) gpu(0)'s costs and links
+    too (`realexec.calibrate_gpu`), for every GPU of the machine."""
+    gpu = _real_gpu() if gpu is None else bool(gpu)
     workers = default_workers() if workers is None else int(workers)
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
-    path = cache_path(workers, quick)
+    path = cache_path(workers, quick, gpu)
     if cache and not force and path.exists():
         with contextlib.suppress(ProfileError, OSError, ValueError, KeyError):
             return Profile.load(path)
@@ -323,6 +341,10 @@ def calibrate(workers: int | None = None, quick: bool = False, cache: bool = Tru
             "settings": asdict(settings), "calibration_version": VERSION,
             "code": _code_digest()}
     profile = _profile(platform.node() or "here", workers, raw, meta)
+    if gpu:
+        from realexec.calibrate_gpu import with_gpu
+
+        profile = with_gpu(profile, quick=quick, progress=progress)
     if cache:
         path.parent.mkdir(parents=True, exist_ok=True)
         profile.save(path)

@@ -17,7 +17,10 @@
   the destination's copy stream; the traffic between two devices is not measured here);
 - the host's side: the frontend's seconds per issued GPU op (with the lanes idle, as t1 is
   measured), the round trip of a tiny GPU op and its `wait_to_read` (and the wake-up within it,
-  wait end - device end), `asnumpy`'s readback into fresh (pageable) host memory.
+  wait end - device end), `asnumpy`'s readback into fresh (pageable) host memory: the link
+  "gpu->host", and (`host_costs`) the profile's `gpu_issue` and `gpu_wait`.
+
+`with_gpu(profile)` adds all of it to a CPU calibration.
 
 Under the CUDA simulator the same code runs (kernels run inside the launch, spans are host
 times), so the tests exercise it; only a real GPU gives numbers worth keeping, and
@@ -35,7 +38,7 @@ from time import perf_counter_ns
 
 import numpy as np
 
-from asyncsim.profile import Cost
+from asyncsim.profile import READBACK, Cost
 from realexec.fits import cost_of, fit, fit_bytes
 from realexec.gpu_vars import kernels as gpu_kernels
 
@@ -173,8 +176,9 @@ def _links(nd, ctx, clock, s: GpuSettings) -> tuple[dict, dict]:
     return links, raw
 
 
-def _host_side(nd, ctx, clock, s: GpuSettings) -> dict:
-    """Raw numbers only: a blocker's wake-up after a GPU op, asnumpy's readback, issue cost."""
+def _host_side(nd, ctx, clock, s: GpuSettings) -> tuple[dict, Cost]:
+    """A blocker's round trip and wake-up after a GPU op, the frontend's issue cost, and
+    asnumpy's readback (returned as a Cost too: the "gpu->host" link)."""
     x = nd.ones((8,), ctx=ctx)
     nd.waitall()
     wakes, trips = [], []
@@ -199,10 +203,11 @@ def _host_side(nd, ctx, clock, s: GpuSettings) -> dict:
             best = min(best, (perf_counter_ns() - start) * 1e-9)
         readback.append(best)
     cost, coef = _fit(s.copy_sizes, readback, lambda n: F32 * n)
-    return {"t3_gpu": float(np.median(wakes)), "roundtrip": float(np.median(trips)),
-            "issue_gpu_op": _issue(nd, ctx, s),
-            "readback": {"sizes": list(s.copy_sizes), "seconds": readback,
-                         "latency": cost.latency, "bandwidth": cost.bandwidth}}
+    raw = {"t3_gpu": float(np.median(wakes)), "roundtrip": float(np.median(trips)),
+           "issue_gpu_op": _issue(nd, ctx, s),
+           "readback": {"sizes": list(s.copy_sizes), "seconds": readback,
+                        "coefficients": coef, "bandwidth": cost.bandwidth}}
+    return raw, cost
 
 
 def _issue(nd, ctx, s: GpuSettings) -> float:
@@ -248,10 +253,22 @@ def measure_gpu(nd, settings: GpuSettings = FULL_GPU, index: int = 0, progress=N
         progress("gpu copies")
     links, raw["links"] = _links(nd, ctx, clock, settings)
     copy = costs["gpu:copy"]  # fitted on bytes read + written; a link is priced on bytes copied
-    links["gpu->gpu"] = dataclasses.replace(copy, bandwidth=copy.bandwidth / 2,
-                                            cache=copy.cache / 2, spill=copy.spill / 2)
-    raw["host"] = _host_side(nd, ctx, clock, settings)
+    links["gpu->gpu"] = dataclasses.replace(
+        copy, **{f: getattr(copy, f) / 2 for f in ("bandwidth", "cache", "spill", "cache2",
+                                                    "spill2")})
+    raw["host"], links[READBACK] = _host_side(nd, ctx, clock, settings)
     return costs, links, raw
+
+
+def host_costs(profile, host: dict) -> dict:
+    """`gpu_issue` and `gpu_wait` of a profile whose CPU part and "gpu:" costs are known, from
+    the host-side measurements: the GPU op's issue beyond t1, and what the round trip of a tiny
+    GPU op and its wait_to_read takes beyond what the model already prices (issue, the lane's
+    period, the blocker's t3 and own cost)."""
+    gpu_issue = max(0.0, host["issue_gpu_op"] - profile.t1)
+    tiny = profile.costs["gpu:elementwise"].time(2 * F32 * 8, 0.0)  # x + 1 on 8 floats
+    priced = profile.t1 + gpu_issue + tiny + profile.blocker("wait_to_read")
+    return {"gpu_issue": gpu_issue, "gpu_wait": max(0.0, host["roundtrip"] - priced)}
 
 
 def with_gpu(profile, quick: bool = False, index: int = 0, progress: bool = False):
@@ -281,10 +298,12 @@ def with_gpu(profile, quick: bool = False, index: int = 0, progress: bool = Fals
     from realexec.gpu_device import SIM_GPUS
 
     count = SIM_GPUS if gpu_kernels().on_simulator() else len(gpu_kernels().cuda.gpus)
-    return dataclasses.replace(profile, gpus=max(profile.gpus, count),
-                               costs={**profile.costs, **costs},
-                               links={**profile.links, **links},
-                               meta={**profile.meta, "gpu": json.loads(json.dumps(raw))})
+    measured = dataclasses.replace(profile, gpus=max(profile.gpus, count),
+                                   costs={**profile.costs, **costs},
+                                   links={**profile.links, **links},
+                                   meta={**profile.meta, "gpu": json.loads(json.dumps(raw))})
+    return dataclasses.replace(measured, **host_costs(measured, raw["host"]))
 
 
-__all__ = ["FULL_GPU", "QUICK_GPU", "GpuSettings", "backlog_period", "measure_gpu", "with_gpu"]
+__all__ = ["FULL_GPU", "QUICK_GPU", "GpuSettings", "backlog_period", "host_costs", "measure_gpu",
+           "with_gpu"]
