@@ -17,6 +17,7 @@ A Profile says
 - the GPU's host side (0 by default): `gpu_issue`, what issuing an op on a GPU adds to the
   frontend's cost of it (a device buffer, the stream bookkeeping); `gpu_wait`, what a blocker
   that waited for GPU work adds (the lane thread handing the op back, an event's synchronize);
+  `gpu_settle`, what a waitall adds in a program that uses a GPU (every stream synchronised);
 - `free`: frontend seconds to drop a buffer's last handle; `meta`: where the numbers came from;
 - "frontend:<blocker>" costs (asnumpy, print, item, wait_to_read, waitall): what a blocker adds to
   t3 on the frontend, priced on the bytes of the array it returns (a copy, formatting);
@@ -67,7 +68,7 @@ COST_FIELDS = ("latency", "bandwidth", "peak", "cache", "spill", "cache2", "spil
 _SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int, "gpus": int,
             "free": float, "dispatch": float, "gil": float, "release": float, "switch": float,
             "spin": float, "recheck": float, "startup": float, "gpu_issue": float,
-            "gpu_wait": float, "pageable": int}
+            "gpu_wait": float, "gpu_settle": float, "pageable": int}
 _MINIMUM = {"workers": 1, "cores": 1, "gpus": 0}
 
 
@@ -135,6 +136,7 @@ class Profile:
     startup: float = 0.0
     gpu_issue: float = 0.0
     gpu_wait: float = 0.0
+    gpu_settle: float = 0.0
     # 1: gpu->cpu copies land in pageable host memory, as a plain `.to('cpu')` or `.numpy()` in
     # PyTorch/TensorFlow does: the copy runs on the compute stream and the frontend waits for it,
     # so it cannot overlap compute (the book's 3.13 s against 0.12 + 2.16 s). 0: pinned buffers
@@ -191,7 +193,7 @@ class Profile:
         "frontend:<kind>" cost on the `nbytes` it returns when there is one. On GPU data
         (`device`; for waitall, a program with GPU work): plus `gpu_wait` if it `waited`, and a
         copy of the data by the "gpu->host" link, where there is one, instead of the frontend's
-        own copy (print still formats)."""
+        own copy (print still formats); a waitall also pays `gpu_settle`."""
         cost = self.costs.get(f"frontend:{kind}")
         extra = 0.0 if cost is None else cost.time(nbytes, 0.0)
         if device_kind(device) != "gpu":
@@ -199,7 +201,8 @@ class Profile:
         readback = self.links.get(READBACK)
         if readback is not None and kind in ("asnumpy", "item", "print"):
             extra = readback.time(nbytes, 0.0) + (extra if kind == "print" else 0.0)
-        return self.t3 + extra + (self.gpu_wait if waited else 0.0)
+        settle = self.gpu_settle if kind == "waitall" else 0.0
+        return self.t3 + extra + settle + (self.gpu_wait if waited else 0.0)
 
     @property
     def contended(self) -> bool:

@@ -18,7 +18,7 @@
 - the host's side: the frontend's seconds per issued GPU op (with the lanes idle, as t1 is
   measured), the round trip of a tiny GPU op and its `wait_to_read` (and the wake-up within it,
   wait end - device end), `asnumpy`'s readback into fresh (pageable) host memory: the link
-  "gpu->host", and (`host_costs`) the profile's `gpu_issue` and `gpu_wait`.
+  "gpu->host", and (`host_costs`) the profile's `gpu_issue`, `gpu_wait` and `gpu_settle`.
 
 `with_gpu(profile)` adds all of it to a CPU calibration.
 
@@ -203,7 +203,14 @@ def _host_side(nd, ctx, clock, s: GpuSettings) -> tuple[dict, Cost]:
             best = min(best, (perf_counter_ns() - start) * 1e-9)
         readback.append(best)
     cost, coef = _fit(s.copy_sizes, readback, lambda n: F32 * n)
+    settles = []
+    for _ in range(max(5, 4 * s.backlog)):  # the same with waitall: every stream synchronised
+        start = perf_counter_ns()
+        y = x + 1.0
+        nd.waitall()
+        settles.append((perf_counter_ns() - start) * 1e-9)
     raw = {"t3_gpu": float(np.median(wakes)), "roundtrip": float(np.median(trips)),
+           "roundtrip_waitall": float(np.median(settles)),
            "issue_gpu_op": _issue(nd, ctx, s),
            "readback": {"sizes": list(s.copy_sizes), "seconds": readback,
                         "coefficients": coef, "bandwidth": cost.bandwidth}}
@@ -261,14 +268,18 @@ def measure_gpu(nd, settings: GpuSettings = FULL_GPU, index: int = 0, progress=N
 
 
 def host_costs(profile, host: dict) -> dict:
-    """`gpu_issue` and `gpu_wait` of a profile whose CPU part and "gpu:" costs are known, from
-    the host-side measurements: the GPU op's issue beyond t1, and what the round trip of a tiny
-    GPU op and its wait_to_read takes beyond what the model already prices (issue, the lane's
-    period, the blocker's t3 and own cost)."""
+    """`gpu_issue`, `gpu_wait` and `gpu_settle` of a profile whose CPU part and "gpu:" costs
+    are known, from the host-side measurements: the GPU op's issue beyond t1; what the round
+    trip of a tiny GPU op and its wait_to_read takes beyond what the model already prices
+    (issue, the lane's period, the blocker's t3 and own cost); and what the same round trip
+    closed by a waitall takes beyond that."""
     gpu_issue = max(0.0, host["issue_gpu_op"] - profile.t1)
     tiny = profile.costs["gpu:elementwise"].time(2 * F32 * 8, 0.0)  # x + 1 on 8 floats
-    priced = profile.t1 + gpu_issue + tiny + profile.blocker("wait_to_read")
-    return {"gpu_issue": gpu_issue, "gpu_wait": max(0.0, host["roundtrip"] - priced)}
+    issued = profile.t1 + gpu_issue + tiny
+    gpu_wait = max(0.0, host["roundtrip"] - issued - profile.blocker("wait_to_read"))
+    settled = issued + profile.blocker("waitall") + gpu_wait
+    return {"gpu_issue": gpu_issue, "gpu_wait": gpu_wait,
+            "gpu_settle": max(0.0, host["roundtrip_waitall"] - settled)}
 
 
 def with_gpu(profile, quick: bool = False, index: int = 0, progress: bool = False):

@@ -61,6 +61,27 @@ def test_gpu_wait_is_paid_by_a_blocker_that_waited_for_gpu_work():
     assert cpu[0] == cpu[1]
 
 
+def test_gpu_settle_is_paid_by_every_waitall_of_a_gpu_program():
+    """In a program that uses a GPU each waitall pays gpu_settle (the engine synchronises every
+    stream), waiting or not; a CPU-only program's waitall does not."""
+    def waitalls(nd, gpu=True):
+        x = nd.ones((4,), ctx=nd.gpu(0) if gpu else nd.cpu())
+        with nd.benchmark("first"):
+            y = x + 1
+            nd.waitall()
+        with nd.benchmark("again"):
+            nd.waitall()
+        return y
+
+    settle = 4e-5
+    for gpu_on, extra in ((True, settle), (False, 0.0)):
+        plain, slower = (predict(waitalls, _profile(gpu_settle=s), gpu=gpu_on)
+                         for s in (0.0, settle))
+        for label in ("first", "again"):
+            assert math.isclose(slower.regions[label] - plain.regions[label], extra,
+                                abs_tol=1e-12), (gpu_on, label)
+
+
 def test_readback_link_prices_asnumpy_of_gpu_data():
     """With a "gpu->host" link, asnumpy of a GPU array costs t3 + the link's time on its bytes
     (16 here) instead of the frontend's own copy; the presets have no such link."""
@@ -112,7 +133,9 @@ def test_gpu_calibration_measures_kernels_links_and_the_host_side(calibrated):
               + calibrated.blocker("wait_to_read"))
     assert math.isclose(calibrated.gpu_wait, max(0.0, host["roundtrip"] - priced))
     assert host_costs(calibrated, host) == {"gpu_issue": calibrated.gpu_issue,
-                                            "gpu_wait": calibrated.gpu_wait}
+                                            "gpu_wait": calibrated.gpu_wait,
+                                            "gpu_settle": calibrated.gpu_settle}
+    assert calibrated.gpu_settle >= 0
 
 
 @pytest.mark.simulator
