@@ -53,7 +53,9 @@ def describe(profile) -> str:
              f"us (t1 {profile.t1 * 1e6:.1f} us); asnumpy readback "
              f"{host['readback']['bandwidth'] / 1e9:.1f} GB/s",
              f"  gpu_issue {profile.gpu_issue * 1e6:.1f} us, gpu_wait {profile.gpu_wait * 1e6:.1f} "
-             f"us (a GPU round trip {host['roundtrip'] * 1e6:.1f} us)"]
+             f"us, gpu_settle {profile.gpu_settle * 1e6:.1f} us (a GPU round trip "
+             f"{host['roundtrip'] * 1e6:.1f} us with wait_to_read, "
+             f"{host['roundtrip_waitall'] * 1e6:.1f} us with waitall)"]
     return "\n".join(lines)
 
 
@@ -64,7 +66,8 @@ def main() -> None:
     parser.add_argument("--force", action="store_true", help="calibrate the CPU again")
     parser.add_argument("--only", nargs="*", default=None, help="scenario names")
     parser.add_argument("--repeat", type=int, default=3, help="measured runs per scenario")
-    parser.add_argument("--profile-out", default=None, help="save the profile as JSON here")
+    parser.add_argument("--profile-out", default=None, help="save the profile as JSON here "
+                        "(benchmarks/results/profile-*.json: an H100 machine's)")
     args = parser.parse_args()
     if not gpu.available():
         raise SystemExit(gpu.device_error(0))
