@@ -93,11 +93,13 @@ QUICK = Settings(sizes=(2**8, 2**12, 2**16, 2**18), dot_sides=(16, 64, 256), gem
                  repeats=3, issue_ops=100, loops=5, roundtrips=50, blocker_sizes=(2**4, 2**14),
                  crowd_sizes=(2**18,), compute_size=2**14, fresh_rounds=1, recheck_size=2**12)
 
-def _kernels(nd, settings: Settings) -> list[tuple]:
+def kernels(nd, settings, ctx=None) -> list[tuple]:
     """(name in `realexec.fits.FITTED`, op name in the engine's log, maker(size) ->
-    (() -> NDArray), sizes) for every fitted op."""
+    (() -> NDArray), sizes) for every fitted op, its arrays on `ctx` (default: the CPU);
+    `settings` gives `sizes`, `dot_sides` and `gemv_sides`. realexec.calibrate_gpu times the
+    same ops on a GPU."""
     def vec(n):
-        return nd.random.uniform(shape=(n,))
+        return nd.random.uniform(shape=(n,), ctx=ctx)
 
     def unary(f):
         def make(n):
@@ -110,22 +112,23 @@ def _kernels(nd, settings: Settings) -> list[tuple]:
         return lambda: x + y
 
     def broadcast(n):
-        x, row = nd.random.uniform(shape=(max(1, n // ROW), ROW)), vec(ROW)
+        x, row = nd.random.uniform(shape=(max(1, n // ROW), ROW), ctx=ctx), vec(ROW)
         return lambda: x + row
 
     def create(f):
         return lambda n: (lambda: f(n))
 
-    def product(n):
-        a = nd.random.uniform(0, 2.0 / abs(n), shape=(1 if n < 0 else n, abs(n)))
-        b = nd.random.uniform(0, 2.0 / abs(n), shape=(abs(n), abs(n)))
+    def product(n):  # a negative side is a (1, |n|) x (|n|, |n|) product
+        m = abs(n)
+        a = nd.random.uniform(0, 2.0 / m, shape=(1 if n < 0 else m, m), ctx=ctx)
+        b = nd.random.uniform(0, 2.0 / m, shape=(m, m), ctx=ctx)
         return lambda: nd.dot(a, b)
 
     sizes = settings.sizes
     return [
-        ("ones", "ones", create(lambda n: nd.ones((n,))), sizes),
-        ("normal", "normal", create(lambda n: nd.random.normal(shape=(n,))), sizes),
-        ("uniform", "uniform", create(lambda n: nd.random.uniform(shape=(n,))), sizes),
+        ("ones", "ones", create(lambda n: nd.ones((n,), ctx=ctx)), sizes),
+        ("normal", "normal", create(lambda n: nd.random.normal(shape=(n,), ctx=ctx)), sizes),
+        ("uniform", "uniform", create(lambda n: nd.random.uniform(shape=(n,), ctx=ctx)), sizes),
         ("add_scalar", "add_scalar", unary(lambda x: x + 1.0), sizes),
         ("add", "add", binary, sizes),
         ("broadcast", "add", broadcast, sizes),
@@ -167,7 +170,7 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
                                                  s.recheck_size)
         bar.update()
         fits = raw["kernels"] = {}
-        for name, logged, make, sizes in _kernels(nd, s):
+        for name, logged, make, sizes in kernels(nd, s):
             bar.set_postfix_str(name)
             times = microbench.kernel_times(bench, make, sizes, s.repeats, logged)
             fits[name] = {"sizes": list(sizes), "seconds": times}
@@ -303,8 +306,9 @@ def _real_gpu() -> bool:
 
 def _gpu_name() -> str:
     from realexec.gpu_device import _device_name
+    from realexec.kernels import gpu
 
-    return _device_name(0)
+    return "CUDA simulator" if gpu.on_simulator() else _device_name(0)
 
 
 def calibrate(workers: int | None = None, quick: bool = False, cache: bool = True,

@@ -8,9 +8,10 @@
   consecutive starts, (start of the last - start of the first) / (N - 1). A lane is in order, so
   the period is the larger of the device's time and the host's launch (numba.cuda's launch of
   tens of microseconds, which the lane's thread pays): the lane's throughput, which is what the
-  model's lane needs. Fits over sizes as on the CPU: latency + bytes / bandwidth (with a second
-  bandwidth past a cache size where that fits far better); latency + bytes / bandwidth +
-  flops / peak for `dot` (square products);
+  model's lane needs. The ops and the fits are the CPU's (`realexec.calibrate.kernels`,
+  `realexec.fits.kernel_costs`): latency + bytes / bandwidth (with more bandwidths past cache
+  sizes where that fits far better), "gpu:broadcast" for operands of different shapes, and
+  latency + bytes / bandwidth + flops / peak for `dot` (square and (1, n) x (n, n) products);
 - links "cpu->gpu" and "gpu->cpu": `copyto` between the devices on the copy lane, the same way,
   as latency + bytes / bandwidth of the bytes copied (pinned host buffers, as realexec copies);
   "gpu->gpu" is taken as gpu:copy measured on this one device (a peer copy is that kernel run on
@@ -39,7 +40,8 @@ from time import perf_counter_ns
 import numpy as np
 
 from asyncsim.profile import READBACK, Cost
-from realexec.fits import cost_of, fit, fit_bytes
+from realexec.calibrate import kernels
+from realexec.fits import FITTED, fit_bytes, kernel_costs
 from realexec.gpu_vars import kernels as gpu_kernels
 
 F32 = 4
@@ -49,6 +51,7 @@ F32 = 4
 class GpuSettings:
     sizes: tuple[int, ...]  # float32 elements, for the elementwise/create/reduce fits
     dot_sides: tuple[int, ...]  # square products
+    gemv_sides: tuple[int, ...]  # (1, n) x (n, n) products
     copy_sizes: tuple[int, ...]  # float32 elements per host-device copy
     backlog: int  # ops per backlog (fewer for big ones, see `_count`)
     repeats: int  # backlogs per point, after one warm-up backlog
@@ -56,11 +59,11 @@ class GpuSettings:
 
 
 FULL_GPU = GpuSettings(sizes=(2**10, 2**14, 2**18, 2**20, 2**22, 2**24, 2**26),
-                       dot_sides=(128, 512, 1024, 2048, 4096),
+                       dot_sides=(128, 512, 1024, 2048, 4096), gemv_sides=(1024, 4096),
                        copy_sizes=(2**10, 2**16, 2**20, 2**22, 2**24),
                        backlog=40, repeats=3, budget=2**31)
-QUICK_GPU = GpuSettings(sizes=(2**6, 2**10), dot_sides=(8, 16), copy_sizes=(2**6, 2**10),
-                        backlog=4, repeats=1, budget=2**24)
+QUICK_GPU = GpuSettings(sizes=(2**6, 2**10), dot_sides=(8, 16), gemv_sides=(),
+                        copy_sizes=(2**6, 2**10), backlog=4, repeats=1, budget=2**24)
 
 
 def _count(settings: GpuSettings, nbytes: int) -> int:
@@ -109,54 +112,9 @@ def backlog_period(clock: _GpuClock, make, count: int, repeats: int, name: str) 
     return float(np.median(periods))
 
 
-def _fit(sizes, times, nbytes, flops=None) -> tuple[Cost, list]:
+def _fit(sizes, times, nbytes) -> tuple[Cost, list]:
     moved = np.array([nbytes(n) for n in sizes], float)
-    times = np.array(times, float)
-    if flops is None:
-        return fit_bytes(moved, times)
-    columns = [np.ones(len(sizes)), moved, np.array([flops(n) for n in sizes], float)]
-    coef = fit(np.stack(columns, axis=1), times)
-    return cost_of(coef), coef.tolist()
-
-
-def _kernels(nd, ctx, s: GpuSettings) -> list[tuple]:
-    """(op name, profile keys, maker(size) -> (() -> NDArray), bytes(size), flops(size), sizes)."""
-    def vec(n):
-        return nd.random.uniform(shape=(n,), ctx=ctx)
-
-    def unary(f):
-        def make(n):
-            x = vec(n)
-            return lambda: f(x)
-        return make
-
-    def binary(n):
-        x, y = vec(n), vec(n)
-        return lambda: x + y
-
-    def product(n):
-        a = nd.random.uniform(0, 2.0 / n, shape=(n, n), ctx=ctx)
-        return lambda: nd.dot(a, a)
-
-    return [
-        ("ones", ("gpu:create",), lambda n: (lambda: nd.ones((n,), ctx=ctx)), lambda n: F32 * n,
-         None, s.sizes),
-        ("normal", ("gpu:normal",), lambda n: (lambda: nd.random.normal(shape=(n,), ctx=ctx)),
-         lambda n: F32 * n, None, s.sizes),
-        ("uniform", ("gpu:uniform",),
-         lambda n: (lambda: nd.random.uniform(shape=(n,), ctx=ctx)), lambda n: F32 * n, None,
-         s.sizes),
-        ("add_scalar", ("gpu:*", "gpu:elementwise"), unary(lambda x: x + 1.0),
-         lambda n: 2 * F32 * n, None, s.sizes),
-        ("add", ("gpu:add", "gpu:sub", "gpu:mul", "gpu:div"), binary, lambda n: 3 * F32 * n,
-         None, s.sizes),
-        ("copy", ("gpu:copy",), unary(lambda x: x.copy()), lambda n: 2 * F32 * n, None,
-         s.sizes),
-        ("sum", ("gpu:reduce",), unary(lambda x: x.sum()), lambda n: F32 * (n + 1), None,
-         s.sizes),
-        ("dot", ("gpu:dot",), product, lambda n: 3 * F32 * n * n, lambda n: 2.0 * n**3,
-         s.dot_sides),
-    ]
+    return fit_bytes(moved, np.array(times, float))
 
 
 def _links(nd, ctx, clock, s: GpuSettings) -> tuple[dict, dict]:
@@ -245,17 +203,14 @@ def measure_gpu(nd, settings: GpuSettings = FULL_GPU, index: int = 0, progress=N
     clock = _GpuClock(nd, index)
     costs: dict[str, Cost] = {}
     raw: dict = {"device": clock.gpu.description, "kernels": {}}
-    for name, keys, make, nbytes, flops, sizes in _kernels(nd, ctx, settings):
+    for name, logged, make, sizes in kernels(nd, settings, ctx):  # the CPU's, on the GPU
         if progress is not None:
             progress(f"gpu {name}")
-        times = []
-        for n in sizes:
-            times.append(backlog_period(clock, make(n), _count(settings, nbytes(n)),
-                                        settings.repeats, name))
-        cost, coef = _fit(sizes, times, nbytes, flops)
-        for key in keys:
-            costs[key] = dataclasses.replace(cost)
-        raw["kernels"][name] = {"sizes": list(sizes), "seconds": times, "coefficients": coef}
+        nbytes = FITTED[name][1]
+        times = [backlog_period(clock, make(n), _count(settings, nbytes(n)), settings.repeats,
+                                logged) for n in sizes]
+        raw["kernels"][name] = {"sizes": list(sizes), "seconds": times}
+    costs.update(kernel_costs(raw["kernels"], device="gpu"))
     if progress is not None:
         progress("gpu copies")
     links, raw["links"] = _links(nd, ctx, clock, settings)

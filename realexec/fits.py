@@ -143,12 +143,13 @@ FITTED = {
 }
 
 
-def kernel_costs(measured: dict) -> dict[str, Cost]:
-    """The "cpu:" costs fitted to the kernels' times (`measured`: name in FITTED -> sizes,
-    seconds); the coefficients are added to `measured`."""
+def kernel_costs(measured: dict, device: str = "cpu") -> dict[str, Cost]:
+    """The "cpu:" (or `device`:) costs fitted to the kernels' times (`measured`: name in
+    FITTED -> sizes, seconds); the coefficients are added to `measured`."""
     costs: dict[str, Cost] = {}
     for name, fitted in measured.items():
         keys, nbytes, flops = FITTED[name]
+        keys = [f"{device}:{key.partition(':')[2]}" for key in keys]
         sizes, times = fitted["sizes"], np.array(fitted["seconds"])
         moved = np.array([nbytes(n) for n in sizes], float)
         if flops is None:
