@@ -133,14 +133,18 @@ def lane_context(device_id: int):
     if on_simulator():
         return contextlib.nullcontext()
     stack = contextlib.ExitStack()
-    stack.enter_context(device_context(device_id))
     try:
+        stack.enter_context(device_context(device_id))
         from numba.cuda.cudadrv.devices import _runtime
-    except ImportError:
-        return stack
-    ensure = getattr(_runtime, "ensure_context", None)
-    if ensure is not None:
-        stack.enter_context(ensure())
+
+        ensure = getattr(_runtime, "ensure_context", None)
+        if ensure is not None:
+            stack.enter_context(ensure())
+    except Exception:
+        # only a speed-up: each launch still makes its device current, and a lane thread that
+        # died here would leave its ops unfinished and their blockers waiting
+        stack.close()
+        return contextlib.nullcontext()
     return stack
 
 
