@@ -11,7 +11,8 @@ machine's calibrated profile (CPU and GPU microbenchmarks) and run on the real e
 2. every scenario that needs no more GPUs than this machine has: recorded and simulated on that
    profile, run on the engine as benchmarks/accuracy.py does (a warm-up run, then the median of
    `--repeat` runs with the garbage collector paused), and the two tabled side by side;
-3. a summary: the error of each scenario's total time, their median and maximum.
+3. a summary (`asyncsim compare --all`'s): each scenario's total and peak-memory error, the
+   median and maximum of the total's.
 The device's name, the GPU part of the profile (launch latency, bandwidths, the products' rate,
 the copies, a blocker's wake-up) and every table are printed. Under the simulator the numbers
 only show that the script runs.
@@ -20,13 +21,13 @@ only show that the script runs.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 
 from accuracy import measure, predict  # benchmarks/accuracy.py, beside this script
 
 from asyncsim import scenarios
+from asyncsim.cli import summary_table
 from asyncsim.compare import compare, table
 from realexec.calibrate import calibrate
 from realexec.frontend import machine
@@ -92,16 +93,10 @@ def main() -> None:
         rows = [r for r in compare(pred, meas) if r.name not in sc.measured_only]
         print()
         print(table(rows, title=f"{name} ({sc.section}) [{time.perf_counter() - began:.1f} s]"))
-        summary.append((name, next(r for r in rows if r.name == "total")))
+        summary.append((name, rows))
         sys.stdout.flush()
-    print()
-    for name, total in summary:
-        print(f"{name:<26s} {total.predicted * 1e3:10.2f}ms {total.measured * 1e3:10.2f}ms "
-              f"{total.error:+8.1%}")
-    errors = [abs(total.error) for _, total in summary]
-    if errors:
-        print(f"total time over {len(errors)} GPU scenarios: median |error| "
-              f"{statistics.median(errors):.1%}, max {max(errors):.1%}")
+    if summary:
+        print("\n" + summary_table(summary))
     print(f"wall time {time.perf_counter() - start:.0f} s")
 
 
