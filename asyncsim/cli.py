@@ -90,12 +90,12 @@ def _run(sc, params, workers=None, mode="async", max_inflight=None, warmup=False
                             max_inflight=max_inflight, **params)
 
     if not warmup:
-        return once()
+        return once().from_first_event()
     once()
     gc.collect()
     gc.disable()
     try:
-        return once()
+        return once().from_first_event()
     finally:
         gc.enable()
 

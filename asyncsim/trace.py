@@ -60,6 +60,18 @@ class Trace:
         ends = [s.end for s in self.spans] + [m[2] for m in self.marks]
         return max(ends, default=0.0)
 
+    def from_first_event(self) -> Trace:
+        """This trace with its clock moved (in place) so that 0 is its first span or region
+        start, as a prediction's is: a measured trace's clock starts when its engine is made,
+        before the workload runs. Memory samples before that moment are put at 0."""
+        t0 = min([s.start for s in self.spans] + [m[1] for m in self.marks], default=0.0)
+        for span in self.spans:
+            span.start -= t0
+            span.end -= t0
+        self.marks = [(label, a - t0, b - t0) for label, a, b in self.marks]
+        self.memory = [(max(0.0, t - t0), dev, b) for t, dev, b in self.memory]
+        return self
+
     @property
     def regions(self) -> dict[str, float]:
         """Seconds per benchmark label (summed if a label occurs more than once)."""

@@ -81,7 +81,7 @@ def measure(scenario, workers: int, params: dict, repeat: int = 3):
         run(scenario.workload, workers=workers, **params)
         for _ in range(repeat):
             gc.collect()
-            traces.append(from_first_event(run(scenario.workload, workers=workers, **params)))
+            traces.append(run(scenario.workload, workers=workers, **params).from_first_event())
     traces.sort(key=lambda t: t.duration)
     return traces[len(traces) // 2]
 
@@ -97,16 +97,6 @@ def gc_paused():
     finally:
         if enabled:
             gc.enable()
-
-
-def from_first_event(trace):
-    t0 = min([s.start for s in trace.spans] + [m[1] for m in trace.marks], default=0.0)
-    for span in trace.spans:
-        span.start -= t0
-        span.end -= t0
-    trace.marks = [(label, a - t0, b - t0) for label, a, b in trace.marks]
-    trace.memory = [(max(0.0, t - t0), dev, b) for t, dev, b in trace.memory]
-    return trace
 
 
 def predict(scenario, profile, params: dict):

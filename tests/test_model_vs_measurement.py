@@ -57,13 +57,7 @@ def _measure(workload, workers, **params):
         traces = _runs(workload, workers, **params)
         if load.cores() < LOAD:
             break
-    trace = sorted(traces, key=lambda t: t.duration)[1]
-    t0 = min([s.start for s in trace.spans] + [m[1] for m in trace.marks])
-    for span in trace.spans:
-        span.start -= t0
-        span.end -= t0
-    trace.marks = [(label, a - t0, b - t0) for label, a, b in trace.marks]
-    return trace
+    return sorted(traces, key=lambda t: t.duration)[1].from_first_event()
 
 
 def _runs(workload, workers, **params):

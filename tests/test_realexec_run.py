@@ -110,3 +110,24 @@ def test_default_workers_is_one_per_core():
     """workers=None gives one worker per core the process may use."""
     trace = realexec.run(d2l_loop, n=1)
     assert trace.meta["workers"] == default_workers()
+
+
+def test_from_first_event_starts_a_measured_clock_at_the_workload():
+    """A measured trace's clock starts when the engine is made; from_first_event moves it so
+    that its first span or region starts at 0, keeping every duration, region and peak."""
+    def workload(nd):
+        x = nd.ones((64,))
+        with nd.benchmark("region"):
+            (x + 1).wait_to_read()
+
+    trace = realexec.run(workload)
+    durations = [s.duration for s in trace.spans]
+    regions, peak, length = trace.regions, trace.peak_bytes(), trace.duration
+    first = min([s.start for s in trace.spans] + [m[1] for m in trace.marks])
+    assert first > 0
+    assert trace.from_first_event() is trace
+    assert min([s.start for s in trace.spans] + [m[1] for m in trace.marks]) == 0.0
+    assert [s.duration for s in trace.spans] == pytest.approx(durations)
+    assert trace.regions == pytest.approx(regions) and trace.peak_bytes() == peak
+    assert trace.duration == pytest.approx(length - first)
+    assert min(t for t, _, _ in trace.memory) >= 0.0
