@@ -8,14 +8,18 @@ what the book's closed forms assume. With a Host:
   one sleeper, which looks at the queue `dispatch` seconds later and takes the op at its head if
   a busy worker has not taken it meanwhile (a worker that finishes an op takes the next one at
   once, so a chain of ops stays on one worker).
+- waking (`profile.wake`): a thread that wakes a sleeping one pays for it: a push or a finished
+  op that hands an idle worker its op, and a worker whose GIL release (before its kernel)
+  signals a sleeping waiter. On a virtual machine each is an interrupt to another virtual CPU,
+  several microseconds.
 - after each op (`profile.gil`, `profile.release`): the worker completes it in Python, holding
   the GIL, for `gil` seconds, plus `release` for each buffer it was the last to use that the
   frontend has dropped (the worker releases it then). It keeps the GIL into its next op, if one
   is queued, and lets it go only when it finds none (blocked in the queue's get).
 - a blocked frontend (`profile.recheck`): while the frontend sleeps in a blocker (past its
-  spin), the engine wakes it after every op a worker finishes to test its condition; it takes
-  the GIL between the worker's kernels, and the worker waits to get it back. Each op finished
-  then costs its worker `recheck` more (a cost measured whole, on a backlog of small ops).
+  spin), the worker that finishes an op tests the blocker's condition, and wakes it only when it
+  holds. Each op finished then costs its worker `recheck` more (measured whole, on a backlog of
+  small ops).
 - the GIL (`profile.gil` > 0), CPython's rules as far as they matter here. The frontend holds it
   while it runs -- from its first issue until it blocks (a blocker, max_inflight) -- and checks
   for a drop request before each issue or free. A CPU worker holds it for an op's latency (the
@@ -57,15 +61,18 @@ from asyncsim.trace import Span
 
 
 class WakeQueue:
-    """The CPU ready queue: ops in order, and the sleeping workers that a put wakes (one each)."""
+    """The CPU ready queue: ops in order, and the sleeping workers that a put wakes (one each);
+    `wakes` counts those wake-ups (the thread that put pays `profile.wake` for each)."""
 
     def __init__(self):
         self.items: deque = deque()
         self.sleepers: deque = deque()
+        self.wakes = 0
 
     def put(self, item) -> None:
         self.items.append(item)
         if self.sleepers:
+            self.wakes += 1
             self.sleepers.popleft().succeed()
 
 
@@ -101,22 +108,28 @@ class Gil:
         self._arm(event)
         return event
 
-    def release(self, who) -> None:
+    def release(self, who) -> bool:
+        """Let the GIL go; True if that signalled a sleeping waiter (a wake-up the releasing
+        thread pays for)."""
         if self.holder != who:
-            return
+            return False
         self.holder = None
         if not self.waiting:
             self.drop = False
-            return
+            return False
         if self.waiting[0].awake:  # a spinning waiter is on the spot
             self.drop = False
             self._give()
-        elif self.drop:  # a forced switch: the asker gets it once it is awake
+            return False
+        if self.drop:  # a forced switch: the asker gets it once it is awake
             self.drop, self.reserved = False, True
             self.env.timeout(self.wake).callbacks.append(self._handover)
-        elif not self.signalled:
+            return True
+        if not self.signalled:
             self.signalled = True
             self.env.timeout(self._arrival()).callbacks.append(self._arrive)
+            return True
+        return False
 
     def _arrival(self) -> float:
         """When a signalled waiter gets to look: a wake-up, scattered by half of it either way.
@@ -193,6 +206,7 @@ class Host:
         self.env = env = model.env
         self.sync = sync = mode == "sync"
         self.dispatch = 0.0 if sync else profile.dispatch
+        self.wake = 0.0 if sync else profile.wake
         self.hold = profile.gil
         self.release = profile.release
         self.gil = Gil(env, profile.dispatch, profile.switch) if profile.gil and not sync else None
@@ -252,8 +266,8 @@ class Host:
             self.cores.give()
 
     def blocked_asleep(self) -> bool:
-        """The frontend waits in a blocker past its spin: the engine wakes it after every op a
-        worker finishes, to test its condition (see `recheck` in the module docstring)."""
+        """The frontend waits in a blocker past its spin: each op a worker finishes tests the
+        blocker's condition (see `recheck` in the module docstring)."""
         blocked = self.blocked
         return self.asleep and blocked is not None and not blocked.triggered
 
@@ -291,8 +305,8 @@ class Host:
             start = env.now
             if latency:  # the call into the kernel, with the GIL
                 yield timeout(latency)
-            if gil is not None:
-                gil.release(lane)
+            if gil is not None and gil.release(lane) and self.wake:
+                yield timeout(self.wake)  # signalling the waiter, before the kernel runs
             if crowd:
                 stretch = 1.0 + crowd * self.crowding
                 self.crowding += 1
@@ -308,8 +322,10 @@ class Host:
             spans.append(Span(lane, op.name, op.id, start, env.now, model.kinds[position]))
             if sync and hold:  # NaiveEngine: the issuing call returns after the completion
                 yield timeout(hold)
+            wakes = queue.wakes
             released = finish(position, op)
             after = released * self.release + (0.0 if sync else hold)
+            after += (queue.wakes - wakes) * self.wake  # idle workers handed what it made ready
             if self.recheck and self.blocked_asleep():
                 after += self.recheck  # a blocked frontend tests its condition meanwhile
             if after:

@@ -26,16 +26,18 @@ A Profile says
   and how much kernels running beside it slow it (`crowd`, see `Cost`);
 - the host's contention, each off at its default (so the closed forms hold exactly): `dispatch`,
   the seconds a sleeping thread takes to wake up (an idle CPU worker handed an op, a thread handed
-  the GIL); `gil`, Python seconds a CPU worker spends per op outside its kernel, holding the GIL
-  (while the GIL is modelled, the running frontend and each op's latency hold it too); `release`,
-  what a worker adds (holding the GIL) when an op it finishes frees a dropped buffer; `recheck`,
-  what a worker adds per op while the frontend sleeps in a blocker waiting for it (the engine
-  wakes the blocker after every op to test its condition, and it takes the GIL between the
-  worker's kernels); `startup`, what the first op of a fresh engine adds to the frontend (code
-  and threads that never ran: cold caches, first wake-ups); `switch`, CPython's switch interval
-  (`sys.getswitchinterval()`): how long a thread waits for the GIL before the holder must hand it
-  over; `spin`, how long a blocker spins before it sleeps (a frontend whose wait ends within it
-  is awake and takes a released GIL at once); `cores`, which matters when fewer than workers + 1.
+  the GIL); `wake`, what waking a sleeping thread costs the thread that wakes it (a push or a
+  finished op handing an idle worker its op, a GIL release to a sleeping waiter: a system call,
+  on a virtual machine an interrupt to another virtual CPU); `gil`, Python seconds a CPU worker
+  spends per op outside its kernel, holding the GIL (while the GIL is modelled, the running
+  frontend and each op's latency hold it too); `release`, what a worker adds (holding the GIL)
+  when an op it finishes frees a dropped buffer; `recheck`, what a worker adds per op while the
+  frontend sleeps in a blocker waiting for it (it tests the blocker's condition); `startup`,
+  what the first op of a fresh engine adds to the frontend (code and threads that never ran:
+  cold caches, first wake-ups); `switch`, CPython's switch interval (`sys.getswitchinterval()`):
+  how long a thread waits for the GIL before the holder must hand it over; `spin`, how long a
+  blocker spins before it sleeps (a frontend whose wait ends within it is awake and takes a
+  released GIL at once); `cores`, which matters when fewer than workers + 1.
   `asyncsim.host` has the rules.
 
 A Cost is `latency + nbytes / bandwidth + flops / peak` seconds, with nbytes the op's bytes read
@@ -66,8 +68,8 @@ READBACK = "gpu->host"  # a blocker's copy of GPU data into fresh host memory (a
 BROADCAST = "broadcast"  # the key of a binary op whose operands' shapes differ
 COST_FIELDS = ("latency", "bandwidth", "peak", "cache", "spill", "cache2", "spill2", "crowd")
 _SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int, "gpus": int,
-            "free": float, "dispatch": float, "gil": float, "release": float, "switch": float,
-            "spin": float, "recheck": float, "startup": float, "gpu_issue": float,
+            "free": float, "dispatch": float, "wake": float, "gil": float, "release": float,
+            "switch": float, "spin": float, "recheck": float, "startup": float, "gpu_issue": float,
             "gpu_wait": float, "gpu_settle": float, "pageable": int}
 _MINIMUM = {"workers": 1, "cores": 1, "gpus": 0}
 
@@ -128,6 +130,7 @@ class Profile:
     links: dict[str, Cost] = field(default_factory=dict)
     free: float = 0.0
     dispatch: float = 0.0
+    wake: float = 0.0
     gil: float = 0.0
     release: float = 0.0
     switch: float = 5e-3
@@ -209,7 +212,8 @@ class Profile:
         """Whether any host contention (wake-ups, the GIL, releases, re-checks, crowding) is
         modelled."""
         crowded = any(cost.crowd for key, cost in self.costs.items() if key.startswith("cpu:"))
-        return bool(self.dispatch or self.gil or self.release or self.recheck or crowded)
+        return bool(self.dispatch or self.wake or self.gil or self.release or self.recheck
+                    or crowded)
 
     # -- variants --------------------------------------------------------------------------
     def replace(self, **kv) -> Profile:

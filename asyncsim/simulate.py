@@ -31,11 +31,12 @@ where it has them. The first op issued costs the frontend `profile.startup` more
 engine: code and threads that never ran).
 
 The host (`asyncsim.host`, only when the profile asks for it, so `Profile.ideal` keeps the closed
-forms exact): idle CPU workers take `profile.dispatch` to wake up, CPython's GIL (the frontend
+forms exact): idle CPU workers take `profile.dispatch` to wake up, and the thread that wakes one
+pays `profile.wake`, CPython's GIL (the frontend
 holds it while it runs; a worker for an op's latency, again when its kernel returns, and for
 `gil` after the op; hand-overs cost a wake-up, a waiter forces one after `profile.switch`),
 buffers released by the worker that finishes their last op (`profile.release`), a frontend
-asleep in a blocker that tests its condition after every op (`profile.recheck`), cores shared
+asleep in a blocker whose condition each finished op tests (`profile.recheck`), cores shared
 with a frontend that spins in its blockers, and memory-bound kernels crowding each other
 (`Cost.crowd`).
 
@@ -140,8 +141,14 @@ class _Model:
                 if ins.fresh:
                     self._reserve(ins.out)
                 yield timeout(issue_cost)
+                if host is None:
+                    position = self._push(ins, queue)
+                else:  # the push may wake an idle worker, which the frontend pays for
+                    wakes = host.queue.wakes
+                    position = self._push(ins, queue)
+                    if host.wake and host.queue.wakes > wakes:
+                        yield timeout(host.wake)
                 spans.append(Span("frontend", ins.name, ins.id, start, env.now, "issue"))
-                position = self._push(ins, queue)
                 if self.sync_mode or (profile.pageable and ins.name == "copyto"
                                       and ins.device == "cpu" and ins.attrs["src"] != "cpu"):
                     start = env.now

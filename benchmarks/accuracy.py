@@ -119,7 +119,8 @@ def main() -> None:
     profile = calibrate(workers=args.workers, force=args.force, progress=sys.stderr.isatty())
     workers = profile.workers
     us = {k: f"{getattr(profile, k) * 1e6:.1f} us" for k in
-          ("t1", "t3", "free", "dispatch", "gil", "release", "recheck", "startup")}
+          ("t1", "t3", "free", "dispatch", "wake", "gil", "release", "recheck",
+           "startup")}
     print(f"machine: {machine()}")
     background = profile.meta.get("measurements", {}).get("background load", float("nan"))
     print(f"profile: {profile.name}, calibrated {profile.meta.get('date')}, {workers} workers "

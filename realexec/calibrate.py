@@ -11,6 +11,8 @@ microbenchmarks of `realexec.microbench` and `realexec.microbench_host` on `work
   what those blockers add (a copy, formatting), latency + bytes / bandwidth of the array, each
   the first of its kind in a fresh session (cold code, as the chapters' once-per-region calls);
 - `startup`: what a fresh engine's first op round trip takes beyond a warm one;
+- `wake`: what waking a sleeping thread costs the thread that wakes it (a queue put that wakes a
+  thread asleep in its get, against one that does not);
 - `dispatch`: the rest of an idle engine's round trip (a sleeping worker waking up), from two
   round trips measured at the start and at the end, averaged;
 - `gil`: Python seconds per op on a worker outside its kernel, holding the GIL; `release`: what
@@ -63,7 +65,7 @@ from realexec.fits import FITTED, ROW, blocker_costs, fit, fit_bytes, kernel_cos
 from realexec.frontend import machine, session
 from realexec.microbench import BackgroundLoad  # noqa: F401 -- re-exported
 
-VERSION = 2  # bump when what is measured changes: older cache files are then ignored
+VERSION = 3  # bump when what is measured changes: older cache files are then ignored
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,7 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
         bar.set_postfix_str("worker overhead")
         raw["worker"] = microbench.worker_overhead(bench, s.issue_ops, max(3, s.loops // 3))
         bar.update()
+        raw["wake"] = microbench_host.wake(s.roundtrips)
         bar.set_postfix_str("blocked frontend")
         raw["blocked"] = microbench_host.blocked(bench, s.issue_ops, max(3, s.loops // 3),
                                                  s.recheck_size)
@@ -232,12 +235,15 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
     # the idle round trip's remainder: the worker waking up, the call into the blocker (the
     # worker's own Python work after the op runs while the frontend wakes: inside t3); with the
     # op priced as the model prices it, so that the model's round trip is the measured one
+    # (its push wakes the worker: `wake`, which the model adds to the frontend's issue)
     elements = microbench.ROUND_TRIP
     exec_s = costs["cpu:elementwise"].time(2 * fits.F32 * elements, elements)
-    dispatch = max(0.0, trip["period"] - t1 - raw["free"] - exec_s - t3)
+    wake = raw.get("wake", {}).get("wake", 0.0)  # a profile measured before it was
+    dispatch = max(0.0, trip["period"] - t1 - wake - raw["free"] - exec_s - t3)
     set_crowding(costs, raw["concurrency"], workers)
     return Profile(name=name, t1=t1, t3=t3, workers=workers, cores=default_workers(), gpus=0,
-                   costs=costs, free=raw["free"], dispatch=dispatch, gil=gil, release=release,
+                   costs=costs, free=raw["free"], dispatch=dispatch, wake=wake, gil=gil,
+                   release=release,
                    switch=sys.getswitchinterval(), spin=_engine_spin(),
                    recheck=raw["blocked"]["recheck"], startup=fresh["startup"],
                    meta=json.loads(json.dumps({**meta, "measurements": raw})))  # as saved

@@ -31,7 +31,9 @@ Waiting: a blocker first spins for `spin_s` *without the GIL* (`realexec.spin`),
 counter that each worker bumps after every op, as the last thing before its queue lets go of the
 GIL; so the worker finishing the op never waits for the GIL, and the frontend takes it back, free,
 within microseconds. Then the blocker falls back to a Condition with a short timeout, so Ctrl-C is
-delivered.
+delivered. Asleep, it is woken only when its condition holds: the worker that finishes an op tests
+the sleeping blockers' conditions (a few attribute reads, under the engine's lock) instead of
+waking each to test its own, which cost every op a GIL hand-over and a thread's wake-up.
 
 Errors: a kernel that raises poisons the vars it writes; ops touching a poisoned var do not run
 and poison their own writes. The error surfaces as `OpError` (raised from the original exception)
@@ -102,7 +104,9 @@ class Engine:
         # one of the sections below; every section leaves the deps consistent at any allocation
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
-        self._sleepers = 0  # frontend waits blocked on _cond: workers notify only if any
+        # the conditions of blockers asleep on _cond: a worker wakes them only when one holds
+        # (waking one per op to test its own condition cost each op a GIL round trip)
+        self._sleepers: list = []
         self._progress = Progress()  # bumped by workers, watched by spinning blockers
         self._pushed = self._done = self._inflight = 0
         self._failures: list[Failure] = []  # raised by kernels, not yet reported by wait_all
@@ -227,7 +231,7 @@ class Engine:
     @property
     def blocked(self) -> bool:
         """A thread is asleep in a blocker (past its spin), waiting for ops to finish."""
-        return self._sleepers > 0
+        return bool(self._sleepers)
 
     def _has_room(self) -> bool:
         return self._inflight < self.max_inflight
@@ -244,12 +248,12 @@ class Engine:
         if done() or self._progress.spin(done, perf_counter_ns() + self._spin_ns):
             return
         with self._cond:
-            self._sleepers += 1
+            self._sleepers.append(done)
             try:
                 while not done():
                     self._cond.wait(_POLL_S)
             finally:
-                self._sleepers -= 1
+                self._sleepers.remove(done)
 
     # -- execution -----------------------------------------------------------------------------
     def _work(self, lane: Lane, label: str, thread_context=None) -> None:
@@ -288,7 +292,7 @@ class Engine:
                 self._failures.append(failure)
                 self._tainted = True
             if self._sleepers:
-                self._cond.notify_all()
+                self._wake_sleepers()
         for r in ready:
             r.lane.queue.put(r)
         if released:
@@ -312,7 +316,14 @@ class Engine:
             if failures:
                 self._failures += failures
             if self._sleepers:
+                self._wake_sleepers()
+
+    def _wake_sleepers(self) -> None:
+        """Wake the blockers asleep on _cond if one's condition now holds (the lock held)."""
+        for done in self._sleepers:
+            if done():
                 self._cond.notify_all()
+                return
 
     # -- trace and shutdown --------------------------------------------------------------------
     def spans(self) -> list[Span]:

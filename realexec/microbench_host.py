@@ -22,6 +22,10 @@ what a frontend asleep in a blocker costs the workers it waits for. Like `realex
   are done. The engine wakes a sleeping blocker after every op to test its condition; it takes
   the GIL between the worker's kernels, and the worker waits to get it back. `recheck`: the
   difference of the per-op periods (the median over rounds that alternate the two).
+- `wake`: what waking a sleeping thread costs the thread that wakes it: a put into the engine's
+  kind of queue (`queue.SimpleQueue`) with a thread asleep in its get, against one with nobody
+  waiting. No engine: the cost is the operating system's (on a virtual machine, an interrupt to
+  the other virtual CPU).
 
 Units: seconds. Times come from the engine's own log, as in a measured Trace.
 """
@@ -29,7 +33,9 @@ Units: seconds. Times come from the engine's own log, as in a measured Trace.
 from __future__ import annotations
 
 import gc
+import threading
 import time
+from queue import SimpleQueue
 from time import perf_counter_ns
 
 import numpy as np
@@ -162,3 +168,33 @@ def blocked(bench, n: int, rounds: int, size: int) -> dict:
     differences = np.array(periods["asleep"]) - np.array(periods["none"])
     return {"asleep": asleep, "none": alone,
             "recheck": max(0.0, float(np.median(differences)))}
+
+
+def wake(rounds: int, pause: float = 5e-4) -> dict:
+    """Seconds a `SimpleQueue.put` takes when it wakes a thread asleep in `get` (after `pause`
+    seconds asleep, about as long as a worker idles between ops), and when nobody waits;
+    {"woke": s, "alone": s, "wake": the difference} (medians of `rounds`)."""
+    woken: SimpleQueue = SimpleQueue()
+    alone: SimpleQueue = SimpleQueue()
+
+    def sleeper():
+        while woken.get() is not None:
+            pass
+
+    thread = threading.Thread(target=sleeper, daemon=True, name="calibrate-wake")
+    thread.start()
+    try:
+        puts, plain = [], []
+        for _ in range(rounds):
+            time.sleep(pause)
+            start = perf_counter_ns()
+            woken.put(1)
+            puts.append(perf_counter_ns() - start)
+            start = perf_counter_ns()
+            alone.put(1)
+            plain.append(perf_counter_ns() - start)
+    finally:
+        woken.put(None)
+        thread.join()
+    woke_s, alone_s = float(np.median(puts)) * 1e-9, float(np.median(plain)) * 1e-9
+    return {"woke": woke_s, "alone": alone_s, "wake": max(0.0, woke_s - alone_s)}

@@ -174,9 +174,9 @@ def test_bytes_beyond_the_cache_move_at_the_spill_bandwidth():
 
 
 def test_new_fields_round_trip_and_are_checked(tmp_path):
-    """dispatch, gil, release, switch, spin and the Cost fields cache, spill, crowd survive a
-    JSON round trip; a negative crowd or a zero spill is refused in one line."""
-    profile = _profile(dispatch=1e-5, gil=2e-6, release=3e-6, switch=4e-3, spin=1e-3,
+    """dispatch, wake, gil, release, switch, spin and the Cost fields cache, spill, crowd
+    survive a JSON round trip; a negative crowd or a zero spill is refused in one line."""
+    profile = _profile(dispatch=1e-5, wake=5e-6, gil=2e-6, release=3e-6, switch=4e-3, spin=1e-3,
                        costs={"cpu:*": Cost(latency=1e-6, bandwidth=1e9, cache=1e6,
                                             spill=5e8, crowd=0.7)})
     profile.save(tmp_path / "p.json")
@@ -203,12 +203,13 @@ def _chain(nd, steps, blockers):
 @settings(max_examples=40, deadline=None)
 @given(data=st.data(), steps=_steps, workers=st.integers(1, 3))
 def test_host_effects_only_add_time_to_a_chain(data, steps, workers):
-    """For a chain of dependent ops (one runs at a time), turning on wake-ups, the GIL and
-    releases never makes the run shorter."""
+    """For a chain of dependent ops (one runs at a time), turning on wake-ups (and what they
+    cost the waker), the GIL and releases never makes the run shorter."""
     blockers = data.draw(st.lists(st.booleans(), min_size=len(steps), max_size=len(steps)))
     program = record(_chain, steps=steps, blockers=blockers)
     plain = _profile(workers=workers, costs={"cpu:*": Cost(latency=5e-5)})
     hosted = plain.replace(dispatch=data.draw(st.floats(0, 1e-4)),
+                           wake=data.draw(st.floats(0, 1e-5)),
                            gil=data.draw(st.floats(1e-7, 1e-5)),
                            release=data.draw(st.floats(0, 1e-5)))
     assert simulate(program, hosted).duration >= simulate(program, plain).duration - 1e-12
@@ -236,17 +237,18 @@ def test_a_worker_needs_the_gil_again_when_its_kernel_returns():
     assert first.end >= last_issue  # ...and finished only when the frontend let go
 
 
+def chain(nd, n=8):
+    x = nd.ones((4,))
+    x.wait_to_read()
+    with nd.benchmark("chain"):
+        for _ in range(n):
+            x = x + 1
+        x.wait_to_read()
+
+
 def test_a_blocked_frontend_costs_each_op_recheck():
     """While the frontend sleeps in a blocker (spin 0), each op its worker finishes before the
     one it waits for costs the worker `recheck` more: n - 1 of them for a chain of n."""
-    def chain(nd, n=8):
-        x = nd.ones((4,))
-        x.wait_to_read()
-        with nd.benchmark("chain"):
-            for _ in range(n):
-                x = x + 1
-            x.wait_to_read()
-
     n, recheck = 8, 3e-6
     base = _profile(t1=1e-7, t3=0.0, dispatch=1e-9, costs={"cpu:*": Cost(latency=1e-4)})
     plain = predict(chain, base, n=n).regions["chain"]
@@ -294,3 +296,31 @@ def test_the_first_op_of_a_fresh_engine_costs_startup():
     assert [s.duration for s in issues] == [_exact(t1 + startup), _exact(t1)]
     # the second issue overlaps the first op (t2 > t1): the chain is startup + t1 + 2 t2 + t3
     assert predict(two_ops, profile).regions["two"] == _exact(startup + t1 + 2 * t2 + t3)
+
+
+def _waking(**kv) -> Profile:
+    # a wake-up (dispatch) longer than the waker's cost, so the worker that finished an op takes
+    # the next one itself before the one it woke arrives, and shorter than an op, so that one
+    # is asleep again when the next link is put
+    return _profile(t1=1e-7, t3=0.0, dispatch=2e-5, **kv)
+
+
+def test_each_op_a_chain_hands_to_an_idle_worker_costs_its_waker_wake():
+    """A chain on two workers: each of its n - 1 links puts the next op into the queue while
+    the other worker sleeps, so the worker that finished pays `wake` before it goes on: the
+    chain is exactly (n - 1) * wake longer. On one worker nobody sleeps: no change."""
+    n, cost = 8, 7e-6
+    for workers, expected in ((2, (n - 1) * cost), (1, 0.0)):
+        plain = predict(chain, _waking(workers=workers), n=n).regions["chain"]
+        woken = predict(chain, _waking(workers=workers, wake=cost), n=n).regions["chain"]
+        assert woken - plain == _exact(expected)
+
+
+def test_a_push_that_wakes_a_worker_lengthens_its_issue_span():
+    """The frontend pays `wake` in each push whose op wakes the idle worker (`ones`, and the
+    chain's first op after the blocker), and in no other push."""
+    cost = 7e-6
+    plain = predict(chain, _waking()).spans_of("frontend", "issue")
+    woken = predict(chain, _waking(wake=cost)).spans_of("frontend", "issue")
+    longer = [b.duration - a.duration for a, b in zip(plain, woken, strict=True)]
+    assert [round(d / cost, 6) for d in longer] == [1.0, 1.0] + [0.0] * (len(longer) - 2)

@@ -1,0 +1,65 @@
+"""Waking a sleeping thread: the model's GIL saying when a release wakes a waiter (what
+`Profile.wake` charges; the charges themselves are tested in test_host.py), how the calibration
+measures a wake-up, and the real engine waking a sleeping blocker only when its condition
+holds."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import simpy
+
+from asyncsim.host import Gil
+from realexec.engine import Engine
+from realexec.microbench_host import wake
+
+
+def test_a_gil_release_says_whether_it_woke_a_sleeping_waiter():
+    """Releasing the GIL to a sleeping waiter is a wake-up (True); to nobody, or to a waiter
+    spinning on the spot, it is not (False)."""
+    env = simpy.Environment()
+    gil = Gil(env, wake=1e-5, switch=5e-3)
+    assert gil.take("a") is None
+    assert gil.release("a") is False  # nobody waits
+    assert gil.take("a") is None
+    assert gil.take("b") is not None  # b sleeps on it
+    assert gil.release("a") is True
+    env.run()
+    assert gil.holder == "b"
+    assert gil.take("a", awake=True) is not None  # a spins on it
+    assert gil.release("b") is False
+    assert gil.holder == "a"
+
+
+def test_calibration_measures_a_wake_up_as_a_nonnegative_cost():
+    """`microbench_host.wake`: a put that wakes a sleeping getter, one that does not, and
+    their difference, each a positive time under a millisecond."""
+    result = wake(rounds=20, pause=2e-4)
+    assert 0.0 < result["alone"] < 1e-3 and 0.0 < result["woke"] < 1e-3
+    assert result["wake"] == pytest.approx(max(0.0, result["woke"] - result["alone"]))
+
+
+def test_a_sleeping_blocker_is_woken_only_when_its_condition_holds():
+    """A blocker asleep on one var is not notified by the ops other vars finish meanwhile
+    (each used to wake it to test its condition): one notify, when its own op is done."""
+    with Engine(workers=2, spin_s=0.0) as engine:
+        held, other = engine.new_var("held"), engine.new_var("other")
+        notified = []
+        notify_all = engine._cond.notify_all
+
+        def counting():
+            notified.append(time.perf_counter())
+            notify_all()
+
+        engine._cond.notify_all = counting
+        engine.push(time.sleep, (), (held,), name="hold", args=(0.2,))
+        for _ in range(30):
+            engine.push(time.sleep, (), (other,), name="tick", args=(1e-3,))
+        waiter = threading.Thread(target=engine.wait_for_var, args=(held,))
+        waiter.start()
+        waiter.join(5.0)
+        assert not waiter.is_alive()
+        assert held.writes_done == 1 and other.writes_done == 30
+        assert len(notified) == 1
