@@ -2,18 +2,23 @@
 and run on the real engine, side by side.
 
     python benchmarks/accuracy.py [--quick] [--workers W] [--force] [--only NAME ...]
+                                  [--collections N]
 
 1. `realexec.calibrate(workers)` (cached; `--force` measures again): microbenchmarks only, none
    of the scenarios below, so no prediction is fitted to the measurement it is compared with;
 2. for every scenario with devices 'cpu': record it and simulate it on that profile; run it on
    the real engine with the same workers: once to warm up (kernels compiled, the allocator's
    pages and cached buffers in place, as a benchmark's warm-up does; the model has no page-fault
-   cost), then three times more with Python's garbage collector paused (as `timeit` does), and
-   print `asyncsim.compare.table` of the prediction and the median run. The machine may be
+   cost), then at least three times more with Python's garbage collector paused (as `timeit`
+   does), a short workload more often, spaced over three seconds (see `measure`), and print
+   `asyncsim.compare.table` of the prediction and the run nearest the runs' central total, and
+   the spread of the runs' totals. The machine may be
    shared: each measurement waits for a quiet second first (other processes' CPU time, from
    /proc/stat), and one during which they kept 0.1 cores busy is taken again (three tries);
 3. the summary: the error of the total time per scenario, their median and maximum (absolute),
-   and the error of the peak memory.
+   and the error of the peak memory;
+4. with `--collections N`, steps 1-3 N times, each calibrating again, and each scenario's error
+   over them: its median, and the range the machine's moments give it.
 
 Sizes: the scenarios' book parameters, except: the 'numpy' regions of the warm-ups are left out
 (plain NumPy on the frontend, which a prediction cannot see); and where the book's sizes hold
@@ -41,6 +46,7 @@ from asyncsim.compare import compare, table
 from realexec import run
 from realexec.calibrate import BackgroundLoad, calibrate
 from realexec.frontend import machine
+from realexec.microbench import central
 
 NO_NUMPY = dict(numpy_part=False)
 SIZES = scenarios.MEASURE  # scenario -> parameters that differ from its book parameters
@@ -59,6 +65,7 @@ QUICK_SIZES = {  # --quick: the book's shapes where they are cheap, smaller ones
 
 
 LOAD = 0.1  # cores that other processes may keep busy during a measurement
+SPAN, SPACED, MAX_RUNS = 3.0, 0.25, 15  # measured runs: seconds spanned, pause, most runs
 
 
 def wait_for_quiet(limit: float = 120.0) -> None:
@@ -73,17 +80,27 @@ def wait_for_quiet(limit: float = 120.0) -> None:
 
 
 def measure(scenario, workers: int, params: dict, repeat: int = 3):
-    """A warm-up run, then `repeat` measured runs (the workload's prints are swallowed); the run
-    with the median total, its clock started at the workload's first event (realexec's clock
-    starts when the engine is made, before the session sets BLAS's threads)."""
+    """A warm-up run, then measured runs (the workload's prints are swallowed): at least
+    `repeat`, and for a short workload more, SPACED apart, until they span SPAN seconds (at most
+    MAX_RUNS). This machine switches between a fast and a slow speed every few seconds
+    (`realexec.microbench.central`): runs taken back to back catch one of them. Returns the run
+    whose total is nearest the runs' central total (a trimmed mean), its clock started at the
+    workload's first event (realexec's clock starts when the engine is made, before the session
+    sets BLAS's threads), and the spread of the totals ((longest - shortest) / central)."""
     traces = []
     with contextlib.redirect_stdout(io.StringIO()), gc_paused():
         run(scenario.workload, workers=workers, **params)
-        for _ in range(repeat):
+        began = time.perf_counter()
+        while len(traces) < repeat or (time.perf_counter() - began < SPAN
+                                       and len(traces) < MAX_RUNS):
+            if traces:
+                time.sleep(SPACED)
             gc.collect()
             traces.append(run(scenario.workload, workers=workers, **params).from_first_event())
-    traces.sort(key=lambda t: t.duration)
-    return traces[len(traces) // 2]
+    totals = [t.duration for t in traces]
+    typical = central(totals)
+    chosen = min(traces, key=lambda t: abs(t.duration - typical))
+    return chosen, (max(totals) - min(totals)) / typical
 
 
 @contextlib.contextmanager
@@ -111,12 +128,29 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=None, help="CPU workers (default: cores)")
     parser.add_argument("--force", action="store_true", help="calibrate again")
     parser.add_argument("--only", nargs="*", default=None, help="scenario names")
-    parser.add_argument("--repeat", type=int, default=3, help="measured runs per scenario "
-                        "(the median is compared)")
+    parser.add_argument("--repeat", type=int, default=3, help="measured runs per scenario, at "
+                        "least (short ones run more often; see measure)")
+    parser.add_argument("--collections", type=int, default=1, help="calibrate and measure "
+                        "this many times (each after the first calibrates again), and summarise "
+                        "each scenario's error over them")
     args = parser.parse_args()
 
     start = time.perf_counter()
-    profile = calibrate(workers=args.workers, force=args.force, progress=sys.stderr.isatty())
+    collections = []
+    for k in range(args.collections):
+        if k:
+            print(f"\n=== collection {k + 1} of {args.collections} ===")
+        collections.append(collect(args, force=args.force or k > 0))
+    if len(collections) > 1:
+        summarise_collections(collections)
+    print(f"wall time {time.perf_counter() - start:.0f} s")
+
+
+def collect(args, force: bool) -> list:
+    """Calibrate (or load the cached profile), then predict and measure every scenario; print
+    each table and the summary. [(name, total row, peak row or None, others, spread)]."""
+    start = time.perf_counter()
+    profile = calibrate(workers=args.workers, force=force, progress=sys.stderr.isatty())
     workers = profile.workers
     us = {k: f"{getattr(profile, k) * 1e6:.1f} us" for k in
           ("t1", "t3", "free", "dispatch", "wake", "gil", "release", "recheck",
@@ -139,7 +173,7 @@ def main() -> None:
         for _ in range(3):  # on a shared machine: measure again if others were busy meanwhile
             wait_for_quiet()
             load = BackgroundLoad()
-            meas = measure(scenario, workers, params, args.repeat)
+            meas, spread = measure(scenario, workers, params, args.repeat)
             busy = load.cores()
             if busy < LOAD:
                 break
@@ -151,31 +185,53 @@ def main() -> None:
                                 f"{busy:.2f} cores busy]"))
         total = next(r for r in rows if r.name == "total")
         peak = next((r for r in rows if r.name == "peak cpu"), None)
-        summary.append((name, total, peak, busy))
+        summary.append((name, total, peak, busy, spread))
         sys.stdout.flush()
 
     print()
     print(f"{'scenario':<26s} {'predicted':>11s} {'measured':>11s} {'total err':>10s} "
-          f"{'peak err':>9s} {'others':>7s}")
-    for name, total, peak, busy in summary:
+          f"{'spread':>7s} {'peak err':>9s} {'others':>7s}")
+    for name, total, peak, busy, spread in summary:
         peak_err = f"{peak.error:+9.1%}" if peak is not None else "      n/a"
         print(f"{name:<26s} {total.predicted * 1e3:9.2f}ms {total.measured * 1e3:9.2f}ms "
-              f"{total.error:+10.1%} {peak_err} {busy:7.2f}")
-    errors = [abs(total.error) for _, total, _, _ in summary]
-    peaks = [abs(peak.error) for _, _, peak, _ in summary if peak is not None]
-    print("(others: cores that other processes kept busy during the measured runs)")
+              f"{total.error:+10.1%} {spread:7.1%} {peak_err} {busy:7.2f}")
+    print("(spread: (longest - shortest) / central total of the measured runs; others: cores "
+          "that other processes kept busy during them)")
+    errors = [abs(total.error) for _, total, _, _, _ in summary]
+    peaks = [abs(peak.error) for _, _, peak, _, _ in summary if peak is not None]
     print(f"\ntotal time: median |error| {statistics.median(errors):.1%} (target <= 10%), "
           f"max {max(errors):.1%} (target <= 25%)")
-    longer = [abs(total.error) for _, total, _, _ in summary if total.measured >= 1e-3]
+    longer = [abs(total.error) for _, total, _, _, _ in summary if total.measured >= 1e-3]
     if len(longer) < len(errors):
-        short = [name for name, total, _, _ in summary if total.measured < 1e-3]
+        short = [name for name, total, _, _, _ in summary if total.measured < 1e-3]
         print(f"  without runs under 1 ms ({', '.join(short)}: mostly a fresh engine's "
               f"start-up and cold code): median {statistics.median(longer):.1%}, "
               f"max {max(longer):.1%}")
     if peaks:
         print(f"peak memory: median |error| {statistics.median(peaks):.1%}, max "
               f"{max(peaks):.1%} (target <= 10%)")
-    print(f"wall time {time.perf_counter() - start:.0f} s")
+    return summary
+
+
+def summarise_collections(collections: list) -> None:
+    """Each scenario's total-time error in every collection and their median: what stays of
+    an error when the calibration and the measurement each catch another moment of the
+    machine (the median is the model's own error; the range, the machine's)."""
+    names = [name for name, *_ in collections[0]]
+    print(f"\n=== over {len(collections)} collections (each calibrated and measured anew) ===")
+    print(f"{'scenario':<26s} {'median err':>10s}   errors of the collections")
+    medians, peaks = [], []
+    for i, name in enumerate(names):
+        errors = [c[i][1].error for c in collections]
+        middle = statistics.median(errors)
+        medians.append(abs(middle))
+        peaks += [abs(c[i][2].error) for c in collections if c[i][2] is not None]
+        print(f"{name:<26s} {middle:+10.1%}   " + " ".join(f"{e:+7.1%}" for e in errors))
+    print(f"\ntotal time, each scenario's median error over the collections: median "
+          f"{statistics.median(medians):.1%} (target <= 10%), max {max(medians):.1%} "
+          f"(target <= 25%)")
+    if peaks:
+        print(f"peak memory, every collection: max |error| {max(peaks):.1%} (target <= 10%)")
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ from realexec.fits import FITTED, ROW, blocker_costs, fit, fit_bytes, kernel_cos
 from realexec.frontend import machine, session
 from realexec.microbench import BackgroundLoad  # noqa: F401 -- re-exported
 
-VERSION = 3  # bump when what is measured changes: older cache files are then ignored
+VERSION = 4  # bump when what is measured changes: older cache files are then ignored
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,7 @@ class Settings:
     compute_size: int  # elements of the compute-bound op run on W workers at once
     fresh_rounds: int  # fresh sessions per blocker size (start-up, cold blockers)
     recheck_size: int  # elements of the ops of the backlog a blocked frontend waits for
+    spread: float  # seconds between the rounds of a per-op microbenchmark (microbench.central)
 
 
 # 2**23: the scenarios' largest arrays (2000 x 2000, ~2**22) spill out of the cache; with 2**22
@@ -90,10 +91,11 @@ FULL = Settings(sizes=(2**10, 2**13, 2**16, 2**18, 2**20, 2**21, 2**22, 2**23),
                 dot_sides=(32, 64, 128, 256, 512, 1024), gemv_sides=(128, 512, 2048),
                 repeats=7, issue_ops=300, loops=15, roundtrips=200,
                 blocker_sizes=(2**4, 2**12, 2**18, 2**21), crowd_sizes=(2**20, 2**22),
-                compute_size=2**20, fresh_rounds=3, recheck_size=2**13)
+                compute_size=2**20, fresh_rounds=3, recheck_size=2**13, spread=0.2)
 QUICK = Settings(sizes=(2**8, 2**12, 2**16, 2**18), dot_sides=(16, 64, 256), gemv_sides=(64, 256),
                  repeats=3, issue_ops=100, loops=5, roundtrips=50, blocker_sizes=(2**4, 2**14),
-                 crowd_sizes=(2**18,), compute_size=2**14, fresh_rounds=1, recheck_size=2**12)
+                 crowd_sizes=(2**18,), compute_size=2**14, fresh_rounds=1, recheck_size=2**12,
+                 spread=0.0)
 
 def kernels(nd, settings, ctx=None) -> list[tuple]:
     """(name in `realexec.fits.FITTED`, op name in the engine's log, maker(size) ->
@@ -153,11 +155,11 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
     with session(workers=workers) as nd:
         bench = microbench._Bench(nd, workers)
         bar.set_postfix_str("frontend")
-        front = microbench.frontend(bench, s.issue_ops, s.loops)
+        front = microbench.frontend(bench, s.issue_ops, s.loops, s.spread)
         raw["issue"], raw["free"] = front["issue"], front["free"]
         bar.update()
         bar.set_postfix_str("round trip")
-        trip = microbench.roundtrip(bench, s.roundtrips, s.loops)
+        trip = microbench.roundtrip(bench, s.roundtrips, s.loops, s.spread / 2)
         raw["roundtrip"] = trip
         raw["t3_after_sleep"] = microbench.long_wake(bench, s.loops)
         bar.update()
@@ -165,12 +167,12 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
         raw["blockers"] = microbench.blockers(bench, s.blocker_sizes, s.repeats)
         bar.update()
         bar.set_postfix_str("worker overhead")
-        raw["worker"] = microbench.worker_overhead(bench, s.issue_ops, max(3, s.loops // 3))
+        raw["worker"] = microbench.worker_overhead(bench, s.issue_ops, s.loops, s.spread / 2)
         bar.update()
-        raw["wake"] = microbench_host.wake(s.roundtrips)
+        raw["wake"] = microbench_host.wake(s.roundtrips, bursts=s.loops, pause=s.spread / 2)
         bar.set_postfix_str("blocked frontend")
-        raw["blocked"] = microbench_host.blocked(bench, s.issue_ops, max(3, s.loops // 3),
-                                                 s.recheck_size)
+        raw["blocked"] = microbench_host.blocked(bench, s.issue_ops, s.loops, s.recheck_size,
+                                                 s.spread / 2)
         bar.update()
         fits = raw["kernels"] = {}
         for name, logged, make, sizes in kernels(nd, s):
@@ -179,7 +181,7 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
             fits[name] = {"sizes": list(sizes), "seconds": times}
             bar.update()
         bar.set_postfix_str("round trip")
-        raw["roundtrip_late"] = microbench.roundtrip(bench, s.roundtrips, s.loops)
+        raw["roundtrip_late"] = microbench.roundtrip(bench, s.roundtrips, s.loops, s.spread / 2)
         bar.update()
         bar.set_postfix_str("concurrency")
         raw["concurrency"] = _concurrency(bench, s) if workers > 1 else {}

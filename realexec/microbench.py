@@ -18,6 +18,14 @@ numbers in seconds, bytes and bytes (or flops) per second. None of them runs a s
 - `kernel_times`: exec spans of one op at a time (a low quantile of repeats), over sizes, for
   the per-op cost fits.
 
+Per-op costs (`frontend`, `roundtrip`, `worker_overhead`, and `blocked`, `wake` in
+`realexec.microbench_host`) are measured in rounds with `pause` seconds between them and
+summarised by `central`, a trimmed mean. A shared virtual machine can switch between a fast and a
+slow speed every few seconds (measured here: 140 against 250-300 us for the same Python loop),
+so rounds taken within a fraction of a second, and their median, report one speed or the other
+at random (t1 came out 3.2 us in one calibration and 6.0 us in the next); rounds spread over
+seconds, and their mean, give what a run meets on average.
+
 `realexec.microbench_host` has the ones about the host: kernels that run at once, a busy
 frontend, a fresh engine, cold blockers and a blocked frontend. Times come from the engine's own
 log (`time.perf_counter_ns`), as in a measured Trace. `BackgroundLoad` says how busy other
@@ -34,6 +42,14 @@ import numpy as np
 
 _HOLD = "calibrate-hold"
 ROUND_TRIP = 8  # elements of the round trip's op
+
+
+def central(samples) -> float:
+    """The mean of the middle 60% of `samples` (all of them when fewer than five): a mean, as
+    the machine's two speeds mix, without the rare stall that a mean alone would take in."""
+    values = np.sort(np.asarray(samples, dtype=float))
+    cut = int(len(values) * 0.2) if len(values) >= 5 else 0
+    return float(values[cut:len(values) - cut].mean())
 
 
 class _Bench:
@@ -67,7 +83,7 @@ class _Bench:
             self.engine.push(time.sleep, (), writes, "cpu", _HOLD, (pause,))
 
 
-def frontend(bench: _Bench, n: int, repeats: int) -> dict:
+def frontend(bench: _Bench, n: int, repeats: int, pause: float = 0.0) -> dict:
     """Seconds per issued op for each op kind (held workers), and the extra cost of a free."""
     nd = bench.nd
     x = nd.ones((8,))
@@ -105,18 +121,19 @@ def frontend(bench: _Bench, n: int, repeats: int) -> dict:
     # round robin over the kinds, so that a burst of load from elsewhere hits them alike
     samples: dict = {name: [] for name in [*makers, "drop"]}
     for _ in range(repeats):
+        time.sleep(pause)
         for name, make in makers.items():
             samples[name].append(period(make, keep=True))
         samples["drop"].append(period(makers["add_scalar"], keep=False))
-    # the median, as benchmarks/accuracy.py compares a prediction with the median of its runs:
-    # a low quantile (the machine at its fastest) made every prediction of many small ops short
-    issue = {name: float(np.median(samples[name])) for name in makers}
-    dropped = float(np.median(samples["drop"]))
+    # not a low quantile (the machine at its fastest), which made every prediction of many
+    # small ops short: see `central`
+    issue = {name: central(samples[name]) for name in makers}
+    dropped = central(samples["drop"])
     return {"issue": issue, "free": max(0.0, dropped - issue["add_scalar"]),
             "spread": {name: [float(np.min(v)), float(np.max(v))] for name, v in samples.items()}}
 
 
-def roundtrip(bench: _Bench, n: int, repeats: int) -> dict:
+def roundtrip(bench: _Bench, n: int, repeats: int, pause: float = 0.0) -> dict:
     """Issue a tiny op (`x + 1.0` on ROUND_TRIP elements) and wait for it, n times:
     per-iteration seconds split into the parts."""
     nd = bench.nd
@@ -124,6 +141,7 @@ def roundtrip(bench: _Bench, n: int, repeats: int) -> dict:
     nd.waitall()
     periods, execs, wakes, lags = [], [], [], []
     for _ in range(repeats):
+        time.sleep(pause)
         since = bench.mark()
         start = perf_counter_ns()
         for _ in range(n):
@@ -138,8 +156,8 @@ def roundtrip(bench: _Bench, n: int, repeats: int) -> dict:
             execs.append(b - a)
             wakes.append(w_end - b)
             lags.append(a - i_end)
-    return {"period": float(np.median(periods)), "exec": float(np.median(execs)),
-            "t3": float(np.median(wakes)), "lag": float(np.median(lags))}
+    return {"period": central(periods), "exec": float(np.median(execs)),
+            "t3": central(wakes), "lag": central(lags)}
 
 
 def long_wake(bench: _Bench, n: int, seconds: float = 0.01) -> float:
@@ -185,8 +203,8 @@ def blockers(bench: _Bench, sizes, repeats: int) -> dict:
     return out
 
 
-def worker_overhead(bench: _Bench, n: int, repeats: int) -> dict:
-    """A backlog of n tiny ops run by one worker (the others held): the median gap between
+def worker_overhead(bench: _Bench, n: int, repeats: int, pause: float = 0.0) -> dict:
+    """A backlog of n tiny ops run by one worker (the others held): the central gap between
     its exec spans for independent ops, for a chain, and for a chain whose intermediate results
     the frontend has dropped (so the worker releases a buffer after each op)."""
     nd = bench.nd
@@ -204,11 +222,14 @@ def worker_overhead(bench: _Bench, n: int, repeats: int) -> dict:
                 kept.append(y)
         return kept or [y]
 
-    out = {}
-    for name, issue in (("independent", independent), ("chain", chain),
-                        ("chain_dropped", lambda: chain(keep=False))):
-        gaps = []
-        for _ in range(repeats):
+    cases = {"independent": independent, "chain": chain,
+             "chain_dropped": lambda: chain(keep=False)}
+    gaps: dict = {name: [] for name in cases}
+    # rounds alternate the cases: `release` and the cost of readying a successor are their
+    # differences, which a change of the machine's speed between cases would swamp
+    for _ in range(repeats):
+        time.sleep(pause)
+        for name, issue in cases.items():
             since = bench.mark()
             hold_s = max(0.005, 20e-6 * n)
             bench.hold((x,), hold_s, others=hold_s + 60e-6 * n)
@@ -218,10 +239,9 @@ def worker_overhead(bench: _Bench, n: int, repeats: int) -> dict:
             spans = bench.spans(since, "exec", "add_scalar")
             for lane in {s[0] for s in spans}:
                 mine = [s for s in spans if s[0] == lane]
-                gaps += [b[2] - a[3] for a, b in zip(mine, mine[1:], strict=False)]
+                gaps[name] += [b[2] - a[3] for a, b in zip(mine, mine[1:], strict=False)]
             nd.waitall()
-        out[name] = float(np.median(gaps))
-    return out
+    return {name: central(values) for name, values in gaps.items()}
 
 
 def kernel_times(bench: _Bench, make, sizes, repeats: int, name: str) -> list[float]:

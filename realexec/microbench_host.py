@@ -40,7 +40,7 @@ from time import perf_counter_ns
 
 import numpy as np
 
-from realexec.microbench import _Bench
+from realexec.microbench import _Bench, central
 
 
 def concurrency(bench: _Bench, make, count: int, name: str, rounds: int = 5) -> tuple:
@@ -144,7 +144,7 @@ def _medians(points) -> list:
     return [(nbytes, float(np.median(v))) for nbytes, v in sorted(by.items())]
 
 
-def blocked(bench, n: int, rounds: int, size: int) -> dict:
+def blocked(bench, n: int, rounds: int, size: int, pause: float = 0.0) -> dict:
     """Per-op period of a backlog drained by all workers, the frontend asleep in a blocker on it
     or asleep in time.sleep; {"asleep": s, "none": s, "recheck": s} (medians over rounds)."""
     nd = bench.nd
@@ -153,6 +153,7 @@ def blocked(bench, n: int, rounds: int, size: int) -> dict:
     hold_s = 0.004 + 10e-6 * n  # longer than the issue loop and the blocker's spin
     periods: dict = {"asleep": [], "none": []}
     for _ in range(rounds):
+        time.sleep(pause)
         for mode in periods:
             since = bench.mark()
             bench.hold((x,), hold_s)
@@ -164,16 +165,16 @@ def blocked(bench, n: int, rounds: int, size: int) -> dict:
             periods[mode].append((spans[-1][3] - spans[0][2]) / len(spans))
             del kept
             nd.waitall()
-    asleep, alone = (float(np.median(periods[m])) for m in ("asleep", "none"))
+    asleep, alone = (central(periods[m]) for m in ("asleep", "none"))
     differences = np.array(periods["asleep"]) - np.array(periods["none"])
-    return {"asleep": asleep, "none": alone,
-            "recheck": max(0.0, float(np.median(differences)))}
+    return {"asleep": asleep, "none": alone, "recheck": max(0.0, central(differences))}
 
 
-def wake(rounds: int, pause: float = 5e-4) -> dict:
-    """Seconds a `SimpleQueue.put` takes when it wakes a thread asleep in `get` (after `pause`
+def wake(rounds: int, idle: float = 5e-4, bursts: int = 1, pause: float = 0.0) -> dict:
+    """Seconds a `SimpleQueue.put` takes when it wakes a thread asleep in `get` (after `idle`
     seconds asleep, about as long as a worker idles between ops), and when nobody waits;
-    {"woke": s, "alone": s, "wake": the difference} (medians of `rounds`)."""
+    {"woke": s, "alone": s, "wake": the difference}: `central` of `rounds` puts of each kind,
+    taken in `bursts` with `pause` seconds between them."""
     woken: SimpleQueue = SimpleQueue()
     alone: SimpleQueue = SimpleQueue()
 
@@ -185,8 +186,8 @@ def wake(rounds: int, pause: float = 5e-4) -> dict:
     thread.start()
     try:
         puts, plain = [], []
-        for _ in range(rounds):
-            time.sleep(pause)
+        for k in range(rounds):
+            time.sleep(pause if k % max(1, rounds // bursts) == 0 else idle)
             start = perf_counter_ns()
             woken.put(1)
             puts.append(perf_counter_ns() - start)
@@ -196,5 +197,5 @@ def wake(rounds: int, pause: float = 5e-4) -> dict:
     finally:
         woken.put(None)
         thread.join()
-    woke_s, alone_s = float(np.median(puts)) * 1e-9, float(np.median(plain)) * 1e-9
+    woke_s, alone_s = central(puts) * 1e-9, central(plain) * 1e-9
     return {"woke": woke_s, "alone": alone_s, "wake": max(0.0, woke_s - alone_s)}
