@@ -32,7 +32,8 @@ what the book's closed forms assume. With a Host:
   awake: it takes a released GIL at once). A thread that has waited `profile.switch` seconds
   without any other thread taking the GIL meanwhile asks the holder to drop it, and that drop
   hands it over; otherwise it waits another interval (CPython's take_gil). The thread that
-  dropped it waits on the spot (awake) and takes it back at the next release. So a worker whose
+  dropped it waits until the asker holds it, then sleeps on the GIL like any waiter (a release
+  must wake it: CPython 3.11's drop_gil with FORCE_SWITCHING, then take_gil). So a worker whose
   kernels are shorter than a wake-up keeps the GIL from the others (a convoy), and a busy
   frontend leaves workers a turn only every switch interval.
 - cores, when `profile.cores` < workers + 1: the frontend occupies a core while it runs (not
@@ -98,7 +99,8 @@ class Gil:
             if not (self.drop and self.waiting):
                 return None
             self.release(who)
-            awake = True  # forced to hand it over, it waits on the spot (FORCE_SWITCHING)
+            # forced to hand it over; once the asker holds it (FORCE_SWITCHING), it sleeps on the
+            # GIL like any waiter (take_gil), and a release must wake it
         if self.holder is None and not self.reserved:
             self._hold(who)
             return None

@@ -46,7 +46,7 @@ from asyncsim.compare import compare, table
 from realexec import run
 from realexec.calibrate import BackgroundLoad, calibrate
 from realexec.frontend import machine
-from realexec.microbench import central
+from realexec.microbench import busy, central
 
 NO_NUMPY = dict(numpy_part=False)
 SIZES = scenarios.MEASURE  # scenario -> parameters that differ from its book parameters
@@ -81,12 +81,13 @@ def wait_for_quiet(limit: float = 120.0) -> None:
 
 def measure(scenario, workers: int, params: dict, repeat: int = 3):
     """A warm-up run, then measured runs (the workload's prints are swallowed): at least
-    `repeat`, and for a short workload more, SPACED apart, until they span SPAN seconds (at most
-    MAX_RUNS). This machine switches between a fast and a slow speed every few seconds
-    (`realexec.microbench.central`): runs taken back to back catch one of them. Returns the run
-    whose total is nearest the runs' central total (a trimmed mean), its clock started at the
-    workload's first event (realexec's clock starts when the engine is made, before the session
-    sets BLAS's threads), and the spread of the totals ((longest - shortest) / central)."""
+    `repeat`, and for a short workload more, SPACED apart (the cores kept busy meanwhile),
+    until they span SPAN seconds (at most MAX_RUNS): this machine's speed changes from second
+    to second (`realexec.microbench`), and runs taken back to back catch one moment. Returns
+    the run whose total is nearest the runs' central total (a trimmed mean), its clock started
+    at the workload's first event (realexec's clock starts when the engine is made, before the
+    session sets BLAS's threads), and the spread of the totals ((longest - shortest) /
+    central)."""
     traces = []
     with contextlib.redirect_stdout(io.StringIO()), gc_paused():
         run(scenario.workload, workers=workers, **params)
@@ -94,7 +95,7 @@ def measure(scenario, workers: int, params: dict, repeat: int = 3):
         while len(traces) < repeat or (time.perf_counter() - began < SPAN
                                        and len(traces) < MAX_RUNS):
             if traces:
-                time.sleep(SPACED)
+                busy(SPACED)
             gc.collect()
             traces.append(run(scenario.workload, workers=workers, **params).from_first_event())
     totals = [t.duration for t in traces]
@@ -172,29 +173,30 @@ def collect(args, force: bool) -> list:
         pred = predict(scenario, profile, params)
         for _ in range(3):  # on a shared machine: measure again if others were busy meanwhile
             wait_for_quiet()
+            busy(1.0)  # cores that idled run slower for seconds (realexec.microbench.busy)
             load = BackgroundLoad()
             meas, spread = measure(scenario, workers, params, args.repeat)
-            busy = load.cores()
-            if busy < LOAD:
+            others = load.cores()
+            if others < LOAD:
                 break
         rows = compare(pred, meas)
         changed = {k: v for k, v in params.items() if scenario.params.get(k) != v}
         print()
         print(table(rows, title=f"{name} {changed or '(book parameters)'}  "
                                 f"[{time.perf_counter() - began:.1f} s, other processes kept "
-                                f"{busy:.2f} cores busy]"))
+                                f"{others:.2f} cores busy]"))
         total = next(r for r in rows if r.name == "total")
         peak = next((r for r in rows if r.name == "peak cpu"), None)
-        summary.append((name, total, peak, busy, spread))
+        summary.append((name, total, peak, others, spread))
         sys.stdout.flush()
 
     print()
     print(f"{'scenario':<26s} {'predicted':>11s} {'measured':>11s} {'total err':>10s} "
           f"{'spread':>7s} {'peak err':>9s} {'others':>7s}")
-    for name, total, peak, busy, spread in summary:
+    for name, total, peak, others, spread in summary:
         peak_err = f"{peak.error:+9.1%}" if peak is not None else "      n/a"
         print(f"{name:<26s} {total.predicted * 1e3:9.2f}ms {total.measured * 1e3:9.2f}ms "
-              f"{total.error:+10.1%} {spread:7.1%} {peak_err} {busy:7.2f}")
+              f"{total.error:+10.1%} {spread:7.1%} {peak_err} {others:7.2f}")
     print("(spread: (longest - shortest) / central total of the measured runs; others: cores "
           "that other processes kept busy during them)")
     errors = [abs(total.error) for _, total, _, _, _ in summary]

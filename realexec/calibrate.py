@@ -23,7 +23,8 @@ microbenchmarks of `realexec.microbench` and `realexec.microbench_host` on `work
   samplers (with bytes beyond a cache size at a second bandwidth, and beyond a larger one at a
   third, where that fits far better); latency + bytes / bandwidth + flops / peak for `dot`
   (square products and matrix-vector products); non-negative least squares on relative error,
-  each point a low quantile of repeats (`realexec.microbench.kernel_times`, `realexec.fits`);
+  each point a low quantile of repeats, averaged over sweeps spread over seconds
+  (`realexec.microbench.kernel_times`, `realexec.fits`);
 - `crowd` of those costs: how much one more kernel running at once stretches a memory-bound
   kernel's bytes time, from the same op on W workers at once against one alone (compute-bound
   ops as a check); `cores`: this machine's cores; `spin`, `switch`: realexec's and CPython's.
@@ -65,7 +66,7 @@ from realexec.fits import FITTED, ROW, blocker_costs, fit, fit_bytes, kernel_cos
 from realexec.frontend import machine, session
 from realexec.microbench import BackgroundLoad  # noqa: F401 -- re-exported
 
-VERSION = 4  # bump when what is measured changes: older cache files are then ignored
+VERSION = 5  # bump when what is measured changes: older cache files are then ignored
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,8 @@ class Settings:
     sizes: tuple[int, ...]  # elements (float32) for the bandwidth fits
     dot_sides: tuple[int, ...]  # square products
     gemv_sides: tuple[int, ...]  # (1, n) x (n, n) products
-    repeats: int  # ops per size in the fits
+    repeats: int  # ops per size in the fits, in each of `sweeps` sweeps over the sizes
+    sweeps: int
     issue_ops: int  # ops per issue loop
     loops: int  # repeats of each issue loop, round trip, backlog
     roundtrips: int
@@ -89,11 +91,12 @@ class Settings:
 # the largest size, the bytes fit had one point past the cache and missed it by a third
 FULL = Settings(sizes=(2**10, 2**13, 2**16, 2**18, 2**20, 2**21, 2**22, 2**23),
                 dot_sides=(32, 64, 128, 256, 512, 1024), gemv_sides=(128, 512, 2048),
-                repeats=7, issue_ops=300, loops=15, roundtrips=200,
+                repeats=5, sweeps=3, issue_ops=300, loops=15, roundtrips=200,
                 blocker_sizes=(2**4, 2**12, 2**18, 2**21), crowd_sizes=(2**20, 2**22),
                 compute_size=2**20, fresh_rounds=3, recheck_size=2**13, spread=0.2)
 QUICK = Settings(sizes=(2**8, 2**12, 2**16, 2**18), dot_sides=(16, 64, 256), gemv_sides=(64, 256),
-                 repeats=3, issue_ops=100, loops=5, roundtrips=50, blocker_sizes=(2**4, 2**14),
+                 repeats=3, sweeps=1, issue_ops=100, loops=5, roundtrips=50,
+                 blocker_sizes=(2**4, 2**14),
                  crowd_sizes=(2**18,), compute_size=2**14, fresh_rounds=1, recheck_size=2**12,
                  spread=0.0)
 
@@ -149,6 +152,8 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
     raw: dict = {}
     s = settings
     bar = tqdm(total=9 + len(FITTED), desc="calibrating", disable=not progress, leave=False)
+    # this kind of machine runs slower for seconds after its cores idled (microbench.busy)
+    microbench.busy(1.0 if s.spread else 0.0)
     bar.set_postfix_str("fresh engines")
     raw["fresh"] = microbench_host.fresh(workers, s.blocker_sizes, s.fresh_rounds)
     bar.update()
@@ -177,7 +182,8 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
         fits = raw["kernels"] = {}
         for name, logged, make, sizes in kernels(nd, s):
             bar.set_postfix_str(name)
-            times = microbench.kernel_times(bench, make, sizes, s.repeats, logged)
+            times = microbench.kernel_times(bench, make, sizes, s.repeats, logged,
+                                            s.sweeps, s.spread)
             fits[name] = {"sizes": list(sizes), "seconds": times}
             bar.update()
         bar.set_postfix_str("round trip")

@@ -15,16 +15,18 @@ numbers in seconds, bytes and bytes (or flops) per second. None of them runs a s
   t3, over array sizes.
 - `worker_overhead`: a backlog of tiny ops drained by one worker: the gap between consecutive
   exec spans, Python work outside the kernel that holds the GIL (`gil`).
-- `kernel_times`: exec spans of one op at a time (a low quantile of repeats), over sizes, for
-  the per-op cost fits.
+- `kernel_times`: exec spans of one op at a time (a low quantile of repeats), over sizes, in
+  sweeps spread over seconds, for the per-op cost fits.
 
 Per-op costs (`frontend`, `roundtrip`, `worker_overhead`, and `blocked`, `wake` in
 `realexec.microbench_host`) are measured in rounds with `pause` seconds between them and
-summarised by `central`, a trimmed mean. A shared virtual machine can switch between a fast and a
-slow speed every few seconds (measured here: 140 against 250-300 us for the same Python loop),
-so rounds taken within a fraction of a second, and their median, report one speed or the other
-at random (t1 came out 3.2 us in one calibration and 6.0 us in the next); rounds spread over
-seconds, and their mean, give what a run meets on average.
+summarised by `central`, a trimmed mean. A virtual machine's cores run slower for seconds after
+they idle (measured here: the same Python loop took 250-300 us instead of 140 us in about half of
+the samples taken 1.5 s of sleep apart, and in 2 of 25 taken between busy pauses; an idle round
+trip took 180-2000 us instead of 25-30 us right after a 0.1 s sleep). So a pause is `busy`: every
+core kept at work, as during a run; and rounds spread over seconds, and their mean, give what a
+run meets on average, where one burst reports whichever speed it caught (t1 came out 3.2 us in
+one calibration and 6.0 us in the next).
 
 `realexec.microbench_host` has the ones about the host: kernels that run at once, a busy
 frontend, a fresh engine, cold blockers and a blocked frontend. Times come from the engine's own
@@ -35,6 +37,7 @@ processes kept the cores meanwhile (a noisy measurement).
 from __future__ import annotations
 
 import os
+import threading
 import time
 from time import perf_counter_ns
 
@@ -42,6 +45,28 @@ import numpy as np
 
 _HOLD = "calibrate-hold"
 ROUND_TRIP = 8  # elements of the round trip's op
+
+
+def busy(seconds: float, threads: int | None = None) -> None:
+    """Keep `threads` cores (default: all) at work for `seconds`: small products (BLAS drops
+    the GIL) on that many threads. A pause that sleeps instead lets this kind of machine slow
+    its idle cores down (see the module docstring)."""
+    if seconds <= 0:
+        return
+    count = threads or os.cpu_count() or 1
+    m = np.ones((128, 128), dtype=np.float32)
+    deadline = time.perf_counter() + seconds
+
+    def work():
+        while time.perf_counter() < deadline:
+            np.dot(m, m)
+
+    others = [threading.Thread(target=work, daemon=True) for _ in range(count - 1)]
+    for t in others:
+        t.start()
+    work()
+    for t in others:
+        t.join()
 
 
 def central(samples) -> float:
@@ -121,7 +146,7 @@ def frontend(bench: _Bench, n: int, repeats: int, pause: float = 0.0) -> dict:
     # round robin over the kinds, so that a burst of load from elsewhere hits them alike
     samples: dict = {name: [] for name in [*makers, "drop"]}
     for _ in range(repeats):
-        time.sleep(pause)
+        busy(pause)
         for name, make in makers.items():
             samples[name].append(period(make, keep=True))
         samples["drop"].append(period(makers["add_scalar"], keep=False))
@@ -141,7 +166,7 @@ def roundtrip(bench: _Bench, n: int, repeats: int, pause: float = 0.0) -> dict:
     nd.waitall()
     periods, execs, wakes, lags = [], [], [], []
     for _ in range(repeats):
-        time.sleep(pause)
+        busy(pause)
         since = bench.mark()
         start = perf_counter_ns()
         for _ in range(n):
@@ -228,7 +253,7 @@ def worker_overhead(bench: _Bench, n: int, repeats: int, pause: float = 0.0) -> 
     # rounds alternate the cases: `release` and the cost of readying a successor are their
     # differences, which a change of the machine's speed between cases would swamp
     for _ in range(repeats):
-        time.sleep(pause)
+        busy(pause)
         for name, issue in cases.items():
             since = bench.mark()
             hold_s = max(0.005, 20e-6 * n)
@@ -244,24 +269,35 @@ def worker_overhead(bench: _Bench, n: int, repeats: int, pause: float = 0.0) -> 
     return {name: central(values) for name, values in gaps.items()}
 
 
-def kernel_times(bench: _Bench, make, sizes, repeats: int, name: str) -> list[float]:
+def kernel_times(bench: _Bench, make, sizes, repeats: int, name: str, rounds: int = 1,
+                 pause: float = 0.0) -> list[float]:
     """Exec seconds of `make(size)` (an op called `name`), one op at a time per size: a low
-    quantile of the repeats. Each op wakes a sleeping worker, and on this kind of machine every
+    quantile of the repeats in each of `rounds` sweeps over the sizes (`pause` seconds apart),
+    then `central` of the rounds (a sweep takes a fraction of a second, one speed of the
+    machine). Each op wakes a sleeping worker, and on this kind of machine every
     other wake-up may land the worker on the core where the frontend spins in its blocker, which
     stretches a short op's span several times (a cost of the round trip, which `roundtrip`
     prices); load from elsewhere, too, only ever adds time."""
     nd = bench.nd
-    out = []
+    makers = []
     for size in sizes:
         make_one = make(size)
         make_one().wait_to_read()  # first touch of the output buffer, out of the timing
-        since = bench.mark()
-        for _ in range(repeats):
-            make_one().wait_to_read()
-        spans = bench.spans(since, "exec", name)
-        out.append(float(np.quantile([b - a for _, _, a, b in spans], 0.25)))
-        nd.waitall()
-    return out
+        makers.append(make_one)
+    per_round = []
+    for k in range(rounds):
+        if k:
+            busy(pause)
+        row = []
+        for make_one in makers:
+            since = bench.mark()
+            for _ in range(repeats):
+                make_one().wait_to_read()
+            spans = bench.spans(since, "exec", name)
+            row.append(float(np.quantile([b - a for _, _, a, b in spans], 0.25)))
+            nd.waitall()
+        per_round.append(row)
+    return [central(column) for column in zip(*per_round, strict=True)]
 
 
 class BackgroundLoad:

@@ -40,7 +40,7 @@ from time import perf_counter_ns
 
 import numpy as np
 
-from realexec.microbench import _Bench, central
+from realexec.microbench import _Bench, busy, central
 
 
 def concurrency(bench: _Bench, make, count: int, name: str, rounds: int = 5) -> tuple:
@@ -78,10 +78,10 @@ def busy_frontend(bench: _Bench, n: int, repeats: int, size: int) -> tuple[float
     """Issue period of tiny ops (kept pending) with workers asleep vs all W running kernels."""
     nd = bench.nd
     out = []
-    for busy in (False, True):
+    for running in (False, True):
         samples = []
         for _ in range(repeats):
-            if busy:
+            if running:
                 bench.hold((), 0.002)  # workers find the long ops queued when they return
                 longs = [nd.random.normal(shape=(size,)) for _ in range(bench.workers)]
                 x = longs[0][0:8]  # reads a running op's output: queued until it is done
@@ -97,7 +97,7 @@ def busy_frontend(bench: _Bench, n: int, repeats: int, size: int) -> tuple[float
             samples.append((perf_counter_ns() - start) * 1e-9 / n)
             nd.waitall()
             del kept, x
-            if busy:
+            if running:
                 del longs
         out.append(float(np.median(samples)))
     return out[0], out[1]
@@ -153,7 +153,7 @@ def blocked(bench, n: int, rounds: int, size: int, pause: float = 0.0) -> dict:
     hold_s = 0.004 + 10e-6 * n  # longer than the issue loop and the blocker's spin
     periods: dict = {"asleep": [], "none": []}
     for _ in range(rounds):
-        time.sleep(pause)
+        busy(pause)
         for mode in periods:
             since = bench.mark()
             bench.hold((x,), hold_s)
@@ -187,7 +187,9 @@ def wake(rounds: int, idle: float = 5e-4, bursts: int = 1, pause: float = 0.0) -
     try:
         puts, plain = [], []
         for k in range(rounds):
-            time.sleep(pause if k % max(1, rounds // bursts) == 0 else idle)
+            if k % max(1, rounds // bursts) == 0:
+                busy(pause)
+            time.sleep(idle)
             start = perf_counter_ns()
             woken.put(1)
             puts.append(perf_counter_ns() - start)
