@@ -48,18 +48,23 @@ ROUND_TRIP = 8  # elements of the round trip's op
 
 
 def busy(seconds: float, threads: int | None = None) -> None:
-    """Keep `threads` cores (default: all) at work for `seconds`: small products (BLAS drops
-    the GIL) on that many threads. A pause that sleeps instead lets this kind of machine slow
-    its idle cores down (see the module docstring)."""
+    """Keep `threads` cores (default: all) at work for `seconds`: realexec's own sampler (a
+    numba loop that drops the GIL, tens of microseconds a call) on that many threads. Not BLAS
+    products: BLAS's pool threads spin on for a while after the last call, into what is
+    measured next. A pause that sleeps instead lets this kind of machine slow its idle cores
+    down (see the module docstring)."""
     if seconds <= 0:
         return
+    from realexec.kernels.cpu import KERNELS
+
     count = threads or os.cpu_count() or 1
-    m = np.ones((128, 128), dtype=np.float32)
+    sample, attrs = KERNELS["uniform"], {"low": 0.0, "high": 1.0, "seed": 0}
     deadline = time.perf_counter() + seconds
 
     def work():
+        out = np.empty(4096, dtype=np.float32)
         while time.perf_counter() < deadline:
-            np.dot(m, m)
+            sample((), out, attrs)
 
     others = [threading.Thread(target=work, daemon=True) for _ in range(count - 1)]
     for t in others:
