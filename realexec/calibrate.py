@@ -65,6 +65,7 @@ from realexec.engine import Engine, default_workers
 from realexec.fits import FITTED, ROW, blocker_costs, fit, fit_bytes, kernel_costs, set_crowding
 from realexec.frontend import machine, session
 from realexec.microbench import BackgroundLoad  # noqa: F401 -- re-exported
+from realexec.steady import busy
 
 VERSION = 5  # bump when what is measured changes: older cache files are then ignored
 
@@ -84,7 +85,7 @@ class Settings:
     compute_size: int  # elements of the compute-bound op run on W workers at once
     fresh_rounds: int  # fresh sessions per blocker size (start-up, cold blockers)
     recheck_size: int  # elements of the ops of the backlog a blocked frontend waits for
-    spread: float  # seconds between the rounds of a per-op microbenchmark (microbench.central)
+    spread: float  # seconds between the rounds of a per-op microbenchmark (realexec.steady.central)
 
 
 # 2**23: the scenarios' largest arrays (2000 x 2000, ~2**22) spill out of the cache; with 2**22
@@ -152,8 +153,8 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
     raw: dict = {}
     s = settings
     bar = tqdm(total=9 + len(FITTED), desc="calibrating", disable=not progress, leave=False)
-    # this kind of machine runs slower for seconds after its cores idled (microbench.busy)
-    microbench.busy(1.0 if s.spread else 0.0)
+    # this kind of machine runs slower for seconds after its cores idled (realexec.steady)
+    busy(1.0 if s.spread else 0.0)
     bar.set_postfix_str("fresh engines")
     raw["fresh"] = microbench_host.fresh(workers, s.blocker_sizes, s.fresh_rounds)
     bar.update()

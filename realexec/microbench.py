@@ -19,14 +19,8 @@ numbers in seconds, bytes and bytes (or flops) per second. None of them runs a s
   sweeps spread over seconds, for the per-op cost fits.
 
 Per-op costs (`frontend`, `roundtrip`, `worker_overhead`, and `blocked`, `wake` in
-`realexec.microbench_host`) are measured in rounds with `pause` seconds between them and
-summarised by `central`, a trimmed mean. A virtual machine's cores run slower for seconds after
-they idle (measured here: the same Python loop took 250-300 us instead of 140 us in about half of
-the samples taken 1.5 s of sleep apart, and in 2 of 25 taken between busy pauses; an idle round
-trip took 180-2000 us instead of 25-30 us right after a 0.1 s sleep). So a pause is `busy`: every
-core kept at work, as during a run; and rounds spread over seconds, and their mean, give what a
-run meets on average, where one burst reports whichever speed it caught (t1 came out 3.2 us in
-one calibration and 6.0 us in the next).
+`realexec.microbench_host`) and the kernel sweeps are measured in rounds with busy pauses between
+them and summarised by `central` (`realexec.steady` says why).
 
 `realexec.microbench_host` has the ones about the host: kernels that run at once, a busy
 frontend, a fresh engine, cold blockers and a blocked frontend. Times come from the engine's own
@@ -37,49 +31,15 @@ processes kept the cores meanwhile (a noisy measurement).
 from __future__ import annotations
 
 import os
-import threading
 import time
 from time import perf_counter_ns
 
 import numpy as np
 
+from realexec.steady import busy, central
+
 _HOLD = "calibrate-hold"
 ROUND_TRIP = 8  # elements of the round trip's op
-
-
-def busy(seconds: float, threads: int | None = None) -> None:
-    """Keep `threads` cores (default: all) at work for `seconds`: realexec's own sampler (a
-    numba loop that drops the GIL, tens of microseconds a call) on that many threads. Not BLAS
-    products: BLAS's pool threads spin on for a while after the last call, into what is
-    measured next. A pause that sleeps instead lets this kind of machine slow its idle cores
-    down (see the module docstring)."""
-    if seconds <= 0:
-        return
-    from realexec.kernels.cpu import KERNELS
-
-    count = threads or os.cpu_count() or 1
-    sample, attrs = KERNELS["uniform"], {"low": 0.0, "high": 1.0, "seed": 0}
-    deadline = time.perf_counter() + seconds
-
-    def work():
-        out = np.empty(4096, dtype=np.float32)
-        while time.perf_counter() < deadline:
-            sample((), out, attrs)
-
-    others = [threading.Thread(target=work, daemon=True) for _ in range(count - 1)]
-    for t in others:
-        t.start()
-    work()
-    for t in others:
-        t.join()
-
-
-def central(samples) -> float:
-    """The mean of the middle 60% of `samples` (all of them when fewer than five): a mean, as
-    the machine's two speeds mix, without the rare stall that a mean alone would take in."""
-    values = np.sort(np.asarray(samples, dtype=float))
-    cut = int(len(values) * 0.2) if len(values) >= 5 else 0
-    return float(values[cut:len(values) - cut].mean())
 
 
 class _Bench:

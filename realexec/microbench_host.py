@@ -40,7 +40,8 @@ from time import perf_counter_ns
 
 import numpy as np
 
-from realexec.microbench import _Bench, busy, central
+from realexec.microbench import _Bench
+from realexec.steady import busy, central
 
 
 def concurrency(bench: _Bench, make, count: int, name: str, rounds: int = 5) -> tuple:
