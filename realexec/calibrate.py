@@ -38,7 +38,9 @@ None of this runs a scenario of `asyncsim.scenarios`: they are what the profile 
 Results are cached as JSON under $XDG_CACHE_HOME/asyncsim (default ~/.cache/asyncsim), keyed by
 machine, package versions, the measured code (realexec, the frontend), workers and settings: a
 second call loads the file; `force=True` measures again. `quick=True` uses small sizes and few
-repeats (seconds; for tests and CI). Python's garbage collector is paused while measuring.
+repeats (seconds; for tests and CI). Python's garbage collector is paused while measuring. A
+full calibration first keeps every core busy for a second and spreads its rounds over seconds with
+busy pauses (`realexec.steady`: idle cores of a virtual machine run slower for a while).
 Units: seconds, bytes, bytes per second, flops per second.
 """
 

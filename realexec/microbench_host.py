@@ -17,11 +17,11 @@ what a frontend asleep in a blocker costs the workers it waits for. Like `realex
   runs, as here (a first print of a small array costs several times a repeated one).
 - `blocked`: a backlog of `n` small ops (`x + 1.0` on `size` elements: a kernel of a microsecond
   or two, the kind of op whose per-op costs add up) drained by one worker while the others are
-  held, once with the frontend asleep in a
-  blocker on the last of them and once with it asleep in `time.sleep` (no blocker) until they
-  are done. The engine wakes a sleeping blocker after every op to test its condition; it takes
-  the GIL between the worker's kernels, and the worker waits to get it back. `recheck`: the
-  difference of the per-op periods (the median over rounds that alternate the two).
+  held, once with the frontend asleep in a blocker on the last of them and once with it asleep
+  in `time.sleep` (no blocker) until they are done. The worker that finishes an op tests the
+  sleeping blocker's condition (a blocker woken after every op to test its own, as the engine
+  once did, cost 2.5 us per op here). `recheck`: the difference of the per-op periods (`central`
+  over rounds that alternate the two).
 - `wake`: what waking a sleeping thread costs the thread that wakes it: a put into the engine's
   kind of queue (`queue.SimpleQueue`) with a thread asleep in its get, against one with nobody
   waiting. No engine: the cost is the operating system's (on a virtual machine, an interrupt to
