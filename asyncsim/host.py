@@ -10,8 +10,10 @@ what the book's closed forms assume. With a Host:
   once, so a chain of ops stays on one worker).
 - waking (`profile.wake`): a thread that wakes a sleeping one pays for it: a push or a finished
   op that hands an idle worker its op, and a worker whose GIL release (before its kernel)
-  signals a sleeping waiter. On a virtual machine each is an interrupt to another virtual CPU,
-  several microseconds.
+  signals a sleeping waiter -- holding the GIL meanwhile, as CPython signals under the GIL's
+  own mutex (the GIL free while the waker paid let the woken thread take it at nearly every op,
+  where the real engine hands it over at about one op in ten). On a virtual machine each is an
+  interrupt to another virtual CPU, several microseconds.
 - after each op (`profile.gil`, `profile.release`): the worker completes it in Python, holding
   the GIL, for `gil` seconds, plus `release` for each buffer it was the last to use that the
   frontend has dropped (the worker releases it then). It keeps the GIL into its next op, if one
@@ -109,6 +111,12 @@ class Gil:
         self.waiting.append(event)
         self._arm(event)
         return event
+
+    def signals(self, who) -> bool:
+        """Whether `release(who)` now would signal a sleeping waiter (see `release`)."""
+        if self.holder != who or not self.waiting or self.waiting[0].awake:
+            return False
+        return self.drop or not self.signalled
 
     def release(self, who) -> bool:
         """Let the GIL go; True if that signalled a sleeping waiter (a wake-up the releasing
@@ -307,8 +315,12 @@ class Host:
             start = env.now
             if latency:  # the call into the kernel, with the GIL
                 yield timeout(latency)
-            if gil is not None and gil.release(lane) and self.wake:
-                yield timeout(self.wake)  # signalling the waiter, before the kernel runs
+            if gil is not None:
+                if self.wake and gil.signals(lane):
+                    # CPython signals the waiter inside the release, under the GIL's own mutex:
+                    # no thread can take the GIL until the signal is sent
+                    yield timeout(self.wake)
+                gil.release(lane)
             if crowd:
                 stretch = 1.0 + crowd * self.crowding
                 self.crowding += 1

@@ -17,18 +17,21 @@ from realexec.microbench_host import wake
 
 
 def test_a_gil_release_says_whether_it_woke_a_sleeping_waiter():
-    """Releasing the GIL to a sleeping waiter is a wake-up (True); to nobody, or to a waiter
-    spinning on the spot, it is not (False)."""
+    """Releasing the GIL to a sleeping waiter is a wake-up (True, and `signals` says so before
+    the release); to nobody, or to a waiter spinning on the spot, it is not (False)."""
     env = simpy.Environment()
     gil = Gil(env, wake=1e-5, switch=5e-3)
     assert gil.take("a") is None
+    assert not gil.signals("a")
     assert gil.release("a") is False  # nobody waits
     assert gil.take("a") is None
     assert gil.take("b") is not None  # b sleeps on it
+    assert gil.signals("a") and not gil.signals("b")  # only the holder releases
     assert gil.release("a") is True
     env.run()
     assert gil.holder == "b"
     assert gil.take("a", awake=True) is not None  # a spins on it
+    assert not gil.signals("b")
     assert gil.release("b") is False
     assert gil.holder == "a"
 
