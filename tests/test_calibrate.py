@@ -1,7 +1,9 @@
 """realexec.calibrate: microbenchmarks -> a valid Profile of this machine, its JSON round trip, its
 cache (a second call does not measure again), and the non-negative fits behind its costs.
 
-Calibration runs once per session with quick settings (small sizes, a few seconds)."""
+Calibration runs once per session with quick settings (small sizes, a few seconds), of the CPU
+only (`gpu=False`), so these hold on a machine with a GPU too; test_gpu_host_costs.py has the
+GPU part."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ cal = importlib.import_module("realexec.calibrate")
 
 @pytest.fixture(scope="module")
 def quick_profile():
-    return cal.calibrate(quick=True, cache=False, progress=False)
+    return cal.calibrate(quick=True, cache=False, progress=False, gpu=False)
 
 
 def every_op(nd):
@@ -112,13 +114,13 @@ def test_a_second_call_comes_from_the_cache(monkeypatch, tmp_path):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(cal, "_measure", counting)
-    first = cal.calibrate(workers=1, quick=True, progress=False)
+    first = cal.calibrate(workers=1, quick=True, progress=False, gpu=False)
     assert len(calls) == 1
     path = cal.cache_path(1, quick=True)
     assert path.exists() and path.parent == tmp_path / "asyncsim"
-    second = cal.calibrate(workers=1, quick=True, progress=False)
+    second = cal.calibrate(workers=1, quick=True, progress=False, gpu=False)
     assert len(calls) == 1 and second == first
-    cal.calibrate(workers=1, quick=True, progress=False, force=True)
+    cal.calibrate(workers=1, quick=True, progress=False, gpu=False, force=True)
     assert len(calls) == 2
 
 
@@ -135,7 +137,7 @@ def test_a_broken_cache_file_is_measured_again(monkeypatch, tmp_path):
     path = cal.cache_path(1, quick=True)
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
-    profile = cal.calibrate(workers=1, quick=True, progress=False)
+    profile = cal.calibrate(workers=1, quick=True, progress=False, gpu=False)
     assert Profile.load(path) == profile
 
 

@@ -43,7 +43,7 @@ LOAD = 0.2  # cores other processes may keep busy during a calibration or a meas
 def profile():
     """A quick calibration, taken again (up to three times) if other processes were busy."""
     for _ in range(3):
-        measured = calibrate(quick=True, cache=False, progress=False)
+        measured = calibrate(quick=True, cache=False, progress=False, gpu=False)
         if measured.meta["measurements"]["background load"] < LOAD:
             break
     return measured
