@@ -332,18 +332,11 @@ def test_a_worker_signalling_a_gil_waiter_keeps_the_gil_until_the_signal_is_sent
     woken worker cannot take it during that time, and hand-overs stay rare: most ops run
     without waiting for the GIL after their kernel, as measured on the real engine (p50 exec
     equal to one worker's)."""
-    def drain(nd, n=400):
-        x = nd.ones((4,))
-        x.wait_to_read()
-        with nd.benchmark("drain"):
-            ys = [x + 1 for _ in range(n)]
-            nd.waitall()
-        return ys
-
     profile = _profile(workers=2, cores=2, t1=1e-6, t3=0.0, gil=1.5e-6, dispatch=1.2e-5,
                        wake=1e-5, costs={"cpu:*": Cost(latency=1e-6, bandwidth=64 / 2e-7)})
-    spans = [s for s in predict(drain, profile).spans_of(kind="exec") if s.name == "add_scalar"]
-    alone = predict(drain, profile.replace(workers=1)).spans_of(kind="exec")
+    spans = [s for s in predict(burst, profile, n=400).spans_of(kind="exec")
+             if s.name == "add_scalar"]
+    alone = predict(burst, profile.replace(workers=1), n=400).spans_of(kind="exec")
     one = sorted(s.duration for s in alone if s.name == "add_scalar")
     two = sorted(s.duration for s in spans)
     assert two[len(two) // 2] == _exact(one[len(one) // 2])
