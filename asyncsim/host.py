@@ -25,7 +25,9 @@ what the book's closed forms assume. With a Host:
 - the GIL (`profile.gil` > 0), CPython's rules as far as they matter here. The frontend holds it
   while it runs -- from its first issue until it blocks (a blocker, max_inflight) -- and checks
   for a drop request before each issue or free. A CPU worker holds it for an op's latency (the
-  call into the kernel), drops it for the kernel's bytes and flops time (a nogil kernel), and
+  call into the kernel), drops it for the kernel's bytes and flops time (a nogil kernel) and for
+  `profile.nogil` of its latency (the GIL's own release and retake around the native call: the
+  moment a tiny kernel leaves the GIL free, taken out of the latency, not added to it), and
   must take it again when the kernel returns, before the op is done (a worker whose kernel ends
   while the frontend issues waits for the GIL, not the frontend for it). A thread asking for a
   free GIL takes it at once, even if others wait; a release wakes the longest waiter, which
@@ -219,6 +221,7 @@ class Host:
         self.wake = 0.0 if sync else profile.wake
         self.hold = profile.gil
         self.release = profile.release
+        self.nogil = profile.nogil
         self.gil = Gil(env, profile.dispatch, profile.switch) if profile.gil and not sync else None
         self.crowding = 0  # crowding kernels running now
         crowded = profile.cores < profile.workers + 1 and not sync
@@ -233,13 +236,19 @@ class Host:
         self.queue = WakeQueue()
 
     def prepare(self, op, cost, link: bool) -> None:
-        """Split the op's lane cost: (latency, bytes time, flops time, crowd)."""
+        """Split the op's lane cost: (latency with the GIL, bytes time, time without the GIL
+        that crowding does not stretch: flops and the `nogil` part of the latency, crowd)."""
         if link:
             self.parts.append((cost.latency, cost.bytes_time(op.nbytes / 2), 0.0, 0.0))
             return
         by_bytes = cost.bytes_time(op.nbytes) if op.nbytes else 0.0
         by_flops = op.flops / cost.peak if op.flops else 0.0
-        self.parts.append((cost.latency, by_bytes, by_flops, cost.crowd if by_bytes else 0.0))
+        # without it a waiter could never find the GIL free in a tiny kernel: a worker draining
+        # a backlog of them would keep the GIL until the backlog is gone, where CPython's
+        # frontend takes it back within a few ops (12.2's 1000-op loop keeps its outputs queued)
+        free = min(self.nogil, cost.latency)
+        self.parts.append((cost.latency - free, by_bytes, by_flops + free,
+                           cost.crowd if by_bytes else 0.0))
 
     # -- the frontend's waits -------------------------------------------------------------------
     def frontend_waits(self, event) -> None:

@@ -11,6 +11,8 @@ microbenchmarks of `realexec.microbench` and `realexec.microbench_host` on `work
   what those blockers add (a copy, formatting), latency + bytes / bandwidth of the array, each
   the first of its kind in a fresh session (cold code, as the chapters' once-per-region calls);
 - `startup`: what a fresh engine's first op round trip takes beyond a warm one;
+- `nogil`: what a trivial kernel compiled with nogil=True takes per call beyond the same kernel
+  holding the GIL: the moment each kernel call leaves the GIL free for a thread waiting for it;
 - `wake`: what waking a sleeping thread costs the thread that wakes it (a queue put that wakes a
   thread asleep in its get, against one that does not);
 - `dispatch`: the rest of an idle engine's round trip (a sleeping worker waking up), from two
@@ -69,7 +71,7 @@ from realexec.frontend import machine, session
 from realexec.microbench import BackgroundLoad  # noqa: F401 -- re-exported
 from realexec.steady import busy
 
-VERSION = 5  # bump when what is measured changes: older cache files are then ignored
+VERSION = 6  # bump when what is measured changes: older cache files are then ignored
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,7 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
         raw["worker"] = microbench.worker_overhead(bench, s.issue_ops, s.loops, s.spread / 2)
         bar.update()
         raw["wake"] = microbench_host.wake(s.roundtrips, bursts=s.loops, pause=s.spread / 2)
+        raw["nogil"] = microbench_host.nogil(s.loops, pause=s.spread / 2)
         bar.set_postfix_str("blocked frontend")
         raw["blocked"] = microbench_host.blocked(bench, s.issue_ops, s.loops, s.recheck_size,
                                                  s.spread / 2)
@@ -257,6 +260,7 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
                    release=release,
                    switch=sys.getswitchinterval(), spin=_engine_spin(),
                    recheck=raw["blocked"]["recheck"], startup=fresh["startup"],
+                   nogil=raw.get("nogil", {}).get("nogil", 0.0),  # 0: measured before it was
                    meta=json.loads(json.dumps({**meta, "measurements": raw})))  # as saved
 
 

@@ -26,6 +26,11 @@ what a frontend asleep in a blocker costs the workers it waits for. Like `realex
   kind of queue (`queue.SimpleQueue`) with a thread asleep in its get, against one with nobody
   waiting. No engine: the cost is the operating system's (on a virtual machine, an interrupt to
   the other virtual CPU).
+- `nogil`: how long a nogil kernel call leaves the GIL free whatever its data: the same trivial
+  kernel compiled with `nogil=True` and without, per call (CPython's release and retake of the
+  GIL around the native call, the only moment a waiting thread can take the GIL from a worker
+  that drains tiny ops). No engine, no second thread: uncontended, so a lower bound of the
+  window a woken waiter finds (its size matters little, that it is not zero a lot).
 
 Units: seconds. Times come from the engine's own log, as in a measured Trace.
 """
@@ -39,6 +44,7 @@ from queue import SimpleQueue
 from time import perf_counter_ns
 
 import numpy as np
+from numba import njit
 
 from realexec.microbench import _Bench
 from realexec.steady import busy, central
@@ -202,3 +208,40 @@ def wake(rounds: int, idle: float = 5e-4, bursts: int = 1, pause: float = 0.0) -
         thread.join()
     woke_s, alone_s = central(puts) * 1e-9, central(plain) * 1e-9
     return {"woke": woke_s, "alone": alone_s, "wake": max(0.0, woke_s - alone_s)}
+
+
+@njit(nogil=True, cache=True)
+def _touch_without_gil(x):
+    x[0] += 1.0
+
+
+@njit(cache=True)
+def _touch_with_gil(x):
+    x[0] += 1.0
+
+
+def _per_call(kernel, x, calls: int) -> float:
+    start = perf_counter_ns()
+    for _ in range(calls):
+        kernel(x)
+    return (perf_counter_ns() - start) * 1e-9 / calls
+
+
+def nogil(rounds: int, calls: int = 2000, batches: int = 5, pause: float = 0.0) -> dict:
+    """Seconds per call of a trivial kernel compiled with nogil=True ("free") and holding the GIL
+    ("held"), and "nogil", their difference: in each of `rounds` (with `pause` busy seconds
+    before each), `batches` of `calls` calls of each kernel, alternating, and the median
+    difference; `central` over the rounds, at least 0."""
+    x = np.zeros(2)
+    _touch_without_gil(x)  # compiled (or loaded from numba's cache) before timing
+    _touch_with_gil(x)
+    free, held, differences = [], [], []
+    for _ in range(rounds):
+        busy(pause)
+        pairs = [(_per_call(_touch_without_gil, x, calls), _per_call(_touch_with_gil, x, calls))
+                 for _ in range(batches)]
+        free.append(float(np.median([f for f, _ in pairs])))
+        held.append(float(np.median([h for _, h in pairs])))
+        differences.append(float(np.median([f - h for f, h in pairs])))
+    return {"free": central(free), "held": central(held),
+            "nogil": max(0.0, central(differences))}
