@@ -21,9 +21,8 @@ A Profile says
 - `free`: frontend seconds to drop a buffer's last handle; `meta`: where the numbers came from;
 - "frontend:<blocker>" costs (asnumpy, print, item, wait_to_read, waitall): what a blocker adds to
   t3 on the frontend, priced on the bytes of the array it returns (a copy, formatting);
-- a Cost may also say that bytes beyond `cache` move at `spill` bytes/s (caches outgrown), and
-  bytes beyond a larger `cache2` at `spill2` (the last cache level outgrown too: main memory),
-  and how much kernels running beside it slow it (`crowd`, see `Cost`);
+- a Cost may also price outgrown caches (`cache`, `spill`, `cache2`, `spill2`) and how much
+  kernels running beside it slow it (`crowd`; `asyncsim.cost` has the details);
 - the host's contention, each off at its default (so the closed forms hold exactly): `dispatch`,
   the seconds a sleeping thread takes to wake up (an idle CPU worker handed an op, a thread handed
   the GIL); `wake`, what waking a sleeping thread costs the thread that wakes it (a push or a
@@ -44,11 +43,10 @@ A Profile says
   workers + 1.
   `asyncsim.host` has the rules.
 
-A Cost is `latency + nbytes / bandwidth + flops / peak` seconds, with nbytes the op's bytes read
-plus written (for a link: the bytes copied, half of that) and flops from `asyncsim.ops`. Units:
-seconds, bytes, bytes per second, flops per second. JSON files hold the same fields; `load`
-rejects an unknown key, a negative cost or a non-number with one line naming it and what is
-accepted.
+A Cost (`asyncsim.cost`, with the cost keys' checks) is `latency + nbytes / bandwidth +
+flops / peak` seconds. Units: seconds, bytes, bytes per second, flops per second. JSON files hold
+the same fields; `load` rejects an unknown key, a negative cost or a non-number with one line
+naming it and what is accepted.
 
 The built-in presets: "ideal" (every op costs exactly t2 on any lane, the book's t1/t2/t3 model),
 "book" and "book-zh" (from the chapters' reported times; see `asyncsim.book`).
@@ -62,64 +60,28 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from asyncsim.cost import (
+    BROADCAST,
+    COST_FIELDS,
+    LINKS,
+    READBACK,
+    Cost,
+    ProfileError,
+    _cost,
+    _from_text,
+    _number,
+    _table,
+    check_key,
+    device_kind,
+    is_link_copy,
+)
 from asyncsim.ops import OPS
-from asyncsim.program import BLOCKERS
 
-DEVICE_KINDS = ("cpu", "gpu", "frontend")
-GROUPS = tuple(sorted({d.group for d in OPS.values()}))
-LINKS = ("cpu->gpu", "gpu->cpu", "gpu->gpu")
-READBACK = "gpu->host"  # a blocker's copy of GPU data into fresh host memory (an optional link)
-BROADCAST = "broadcast"  # the key of a binary op whose operands' shapes differ
-COST_FIELDS = ("latency", "bandwidth", "peak", "cache", "spill", "cache2", "spill2", "crowd")
 _SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int, "gpus": int,
             "free": float, "dispatch": float, "wake": float, "gil": float, "release": float,
             "switch": float, "spin": float, "recheck": float, "startup": float, "nogil": float,
             "gpu_issue": float, "gpu_wait": float, "gpu_settle": float, "pageable": int}
 _MINIMUM = {"workers": 1, "cores": 1, "gpus": 0}
-
-
-class ProfileError(ValueError):
-    """A profile value or key that cannot be used; the message is one line."""
-
-
-@dataclass
-class Cost:
-    """Seconds to run one op: latency + nbytes / bandwidth + flops / peak, where bytes beyond
-    `cache` (an op whose data outgrows the caches) move at `spill` bytes/s instead, and bytes
-    beyond `cache2` (a larger level, outgrown too) at `spill2`. `crowd`: how
-    much each other crowding kernel running beside it stretches its bytes time (memory
-    bandwidth shared by cores; used by `asyncsim.host`)."""
-
-    latency: float = 0.0
-    bandwidth: float = math.inf
-    peak: float = math.inf
-    cache: float = math.inf
-    spill: float = math.inf
-    cache2: float = math.inf
-    spill2: float = math.inf
-    crowd: float = 0.0
-
-    def time(self, nbytes: float, flops: float) -> float:
-        return self.latency + self.bytes_time(nbytes) + flops / self.peak
-
-    def bytes_time(self, nbytes: float) -> float:
-        """Seconds that moving `nbytes` takes alone."""
-        if nbytes <= self.cache:
-            return nbytes / self.bandwidth
-        near = self.cache / self.bandwidth
-        if nbytes <= self.cache2:
-            return near + (nbytes - self.cache) / self.spill
-        return near + (self.cache2 - self.cache) / self.spill + (nbytes - self.cache2) / self.spill2
-
-
-def device_kind(device: str) -> str:
-    """"cpu" for "cpu", "gpu" for "gpu0", "gpu1", ..."""
-    return "cpu" if device == "cpu" else "gpu"
-
-
-def is_link_copy(op) -> bool:
-    """A `copyto` that crosses devices: it runs on a copy engine and is priced by `links`."""
-    return op.name == "copyto" and op.attrs.get("src", op.device) != op.attrs.get("dst", op.device)
 
 
 @dataclass
@@ -310,30 +272,7 @@ class Profile:
         return cls.from_dict(doc, source=str(path))
 
 
-def _from_text(value):
-    """`--set` gives strings: numbers become numbers, anything else stays (and fails checks)."""
-    if not isinstance(value, str):
-        return value
-    for kind in (int, float):
-        try:
-            return kind(value)
-        except ValueError:
-            pass
-    return value
-
-
 # -- validation -------------------------------------------------------------------------------
-def _number(where: str, value, source: str, minimum: float = 0.0, strict: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise ProfileError(f"{source}: {where} = {value!r} is not a number "
-                           f"(give seconds, bytes/s or flops/s as a number)")
-    bad = value <= minimum if strict else value < minimum
-    if bad:
-        need = f"greater than {minimum:g}" if strict else f"at least {minimum:g}"
-        raise ProfileError(f"{source}: {where} = {value!r} must be {need}")
-    return float(value)
-
-
 def _scalar(key: str, value, source: str):
     kind = _SCALARS[key]
     if kind is str:
@@ -348,60 +287,6 @@ def _scalar(key: str, value, source: str):
     if math.isinf(number):
         raise ProfileError(f"{source}: {key} = {value!r} must be finite")
     return number
-
-
-def _table(doc: dict, name: str, source: str) -> dict:
-    table = doc.get(name, {})
-    if not isinstance(table, dict):
-        raise ProfileError(f"{source}: {name} must be an object of costs, "
-                           f"got {type(table).__name__}")
-    return table
-
-
-def check_key(key: str, table: str, source: str = "profile") -> None:
-    """A ProfileError unless `key` names something a Profile can price."""
-    if table == "links":
-        if key not in (*LINKS, READBACK):
-            raise ProfileError(f"{source}: unknown link {key!r}; links: "
-                               f"{', '.join((*LINKS, READBACK))}")
-        return
-    kind, colon, name = key.partition(":")
-    wildcard = name == "*" and kind != "frontend"
-    blocker = name in BLOCKERS and kind == "frontend"
-    known = name in OPS or name in GROUPS or name == BROADCAST or wildcard or blocker
-    if not colon or kind not in DEVICE_KINDS or not known:
-        raise ProfileError(
-            f"{source}: unknown cost key {key!r}; use DEVICE:NAME with DEVICE one of "
-            f"{', '.join(DEVICE_KINDS)} and NAME an op ({', '.join(OPS)}), a group "
-            f"({', '.join(GROUPS)}), {BROADCAST}, * (not for frontend: its fallback is t1) or, "
-            f"for frontend, a blocker ({', '.join(BLOCKERS)})")
-
-
-def _cost(key: str, value, table: str, source: str) -> Cost:
-    check_key(key, table, source)
-    if isinstance(value, Cost):
-        value = asdict(value)
-    if not isinstance(value, dict):
-        raise ProfileError(f"{source}: {table}[{key!r}] must be an object with "
-                           f"{', '.join(COST_FIELDS)}, got {value!r}")
-    for attr in value:
-        if attr not in COST_FIELDS:
-            raise ProfileError(f"{source}: unknown field {attr!r} in {table}[{key!r}]; "
-                               f"accepted: {', '.join(COST_FIELDS)}")
-    where = f"{table}[{key!r}]"
-    out = Cost()
-    if "latency" in value:
-        out.latency = _number(f"{where}.latency", value["latency"], source)
-        if math.isinf(out.latency):
-            raise ProfileError(f"{source}: {where}.latency must be finite")
-    for attr in ("bandwidth", "peak", "cache", "spill", "cache2", "spill2"):
-        if attr in value:
-            setattr(out, attr, _number(f"{where}.{attr}", value[attr], source, strict=True))
-    if "crowd" in value:
-        out.crowd = _number(f"{where}.crowd", value["crowd"], source)
-        if math.isinf(out.crowd):
-            raise ProfileError(f"{source}: {where}.crowd must be finite")
-    return out
 
 
 def _check(profile: Profile) -> None:
