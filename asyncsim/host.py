@@ -18,10 +18,10 @@ what the book's closed forms assume. With a Host:
   the GIL, for `gil` seconds, plus `release` for each buffer it was the last to use that the
   frontend has dropped (the worker releases it then). It keeps the GIL into its next op, if one
   is queued, and lets it go only when it finds none (blocked in the queue's get).
-- a blocked frontend (`profile.recheck`): while the frontend sleeps in a blocker (past its
-  spin), the worker that finishes an op tests the blocker's condition, and wakes it only when it
-  holds. Each op finished then costs its worker `recheck` more (measured whole, on a backlog of
-  small ops).
+- a blocked frontend (`profile.recheck`): while the frontend waits in a blocker (spinning or
+  asleep), the worker that finishes an op tests the blocker's condition, and signals it only when
+  it holds. Each op finished then costs its worker `recheck` more (measured whole, on a backlog
+  of small ops).
 - the GIL (`profile.gil` > 0), CPython's rules as far as they matter here. The frontend holds it
   while it runs -- from its first issue until it blocks (a blocker, max_inflight) -- and checks
   for a drop request before each issue or free. A CPU worker holds it for an op's latency (the
@@ -284,11 +284,11 @@ class Host:
             self.waiting = True
             self.cores.give()
 
-    def blocked_asleep(self) -> bool:
-        """The frontend waits in a blocker past its spin: each op a worker finishes tests the
-        blocker's condition (see `recheck` in the module docstring)."""
+    def frontend_blocked(self) -> bool:
+        """The frontend waits in a blocker: each op a worker finishes tests the blocker's
+        condition (see `recheck` in the module docstring)."""
         blocked = self.blocked
-        return self.asleep and blocked is not None and not blocked.triggered
+        return blocked is not None and not blocked.triggered
 
     # -- workers --------------------------------------------------------------------------------
     def worker(self, lane: str, queue, in_order: bool):
@@ -349,7 +349,7 @@ class Host:
             released = finish(position, op)
             after = released * self.release + (0.0 if sync else hold)
             after += (queue.wakes - wakes) * self.wake  # idle workers handed what it made ready
-            if self.recheck and self.blocked_asleep():
+            if self.recheck and self.frontend_blocked():
                 after += self.recheck  # a blocked frontend tests its condition meanwhile
             if after:
                 yield timeout(after)

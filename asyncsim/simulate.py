@@ -27,7 +27,7 @@ pays `profile.wake`, CPython's GIL (the frontend
 holds it while it runs; a worker for an op's latency, again when its kernel returns, and for
 `gil` after the op; hand-overs cost a wake-up, a waiter forces one after `profile.switch`),
 buffers released by the worker that finishes their last op (`profile.release`), a frontend
-asleep in a blocker whose condition each finished op tests (`profile.recheck`), cores shared
+waiting in a blocker whose condition each finished op tests (`profile.recheck`), cores shared
 with a frontend that spins in its blockers, and memory-bound kernels crowding each other
 (`Cost.crowd`).
 

@@ -7,16 +7,21 @@ whose idle vCPUs halt at once). A blocker that spins *in Python*, giving the GIL
 spinning frontend to let go of the GIL; then the frontend, which asked for the GIL again while
 the worker held it for its bookkeeping, sleeps until the worker lets go.
 
-`Progress` is a counter that every worker bumps after each op, as the last thing it does before
-its queue lets go of the GIL (`bump` is one item store, done inline by the engine's worker loop:
+`Progress` is a counter that a worker bumps after an op that made a waiting blocker's condition
+hold (the worker tests the conditions itself: `realexec.engine`), as the last thing it does
+before its queue lets go of the GIL (one item store, inline in the engine's worker loop:
 `progress.counts[0] += 1`). `Progress.spin(done, until_ns)` waits in compiled code that holds no
 GIL: the worker takes the GIL at once when its kernel ends; the spinner sees the counter move,
 reads `SETTLE` more times (about half a microsecond: time for the worker to reach its queue), so
-it finds the GIL free, and re-checks `done()`. The loop backs off with the CPU's `pause` between
-reads (a hyperthread next to it, maybe a worker's, keeps its execution units) and calls
-`sched_yield` every `READS` reads (a few microseconds), so a worker that shares this core still
-runs. The counter is only a hint: `done()` decides, so a missed or spurious move costs time,
-never correctness.
+it finds the GIL free, and re-checks `done()`. It takes the GIL only then, not at every op
+finished: with a backlog the worker goes straight on into its next op, GIL held, and a spinner
+that asked for the GIL at each op slept on it and cost the worker a wake-up each time. The loop
+backs off with the CPU's `pause` between reads (a hyperthread next to it, maybe a worker's, keeps
+its execution units) and calls `sched_yield` every `READS` reads (a few microseconds), so a
+worker that shares this core still runs. One compiled call covers the time left to the deadline
+(`ROUND_NS`, measured at import), so the clock is read, with the GIL, only between calls. The
+counter is only a hint: `done()` decides, so a missed or spurious move costs time, never
+correctness.
 
 Assumes a POSIX libc (`sched_yield`). Where the compiled loop cannot be built, the spin yields in
 Python instead (the GIL hand-over costs come back, nothing else changes).
@@ -32,7 +37,7 @@ from time import perf_counter_ns
 import numpy as np
 
 READS = 200  # reads between sched_yields: ~25 ns each with `pause`, so ~5 us
-ROUNDS = 20  # rounds per compiled call (~100 us): the clock is read between calls
+MAX_ROUNDS = 400  # rounds per compiled call at most (~2 ms; Ctrl-C waits for the call's end)
 SETTLE = 20  # reads after the counter moved (~0.5 us)
 
 
@@ -102,6 +107,20 @@ except Exception:  # pragma: no cover - no numba, no libc symbol, or no LLVM ato
     _spin = _spin_in_python
 
 
+def _round_ns(rounds: int = 20) -> float:
+    """Nanoseconds one round of the compiled spin takes here (READS reads, a sched_yield),
+    from `rounds` rounds on a counter that never moves."""
+    start = perf_counter_ns()
+    _spin(np.zeros(1, np.int64), 0, rounds, 0)
+    return max(1.0, (perf_counter_ns() - start) / rounds)
+
+
+# a compiled call covers the time left to the deadline, so the spinner reads the clock (with the
+# GIL) only when the counter moves or the time is up: reading it every ~100 us took the GIL from
+# a worker draining a backlog each time, and cost the worker a wake-up (10% of 100 small products)
+ROUND_NS = _round_ns()
+
+
 class Progress:
     """A count of ops finished, bumped by workers, and a spin on it that holds no GIL."""
 
@@ -114,9 +133,10 @@ class Progress:
     def spin(self, done, until_ns: int) -> bool:
         """Spin until `done()` holds (True) or perf_counter_ns() passes `until_ns` (False)."""
         counts, view = self.counts, self._view
-        while perf_counter_ns() < until_ns:
+        while (now := perf_counter_ns()) < until_ns:
             seen = counts[0]  # read before done(): an op finishing after the check moves it
             if done():
                 return True
-            _spin(view, seen, ROUNDS, SETTLE)
+            rounds = min(MAX_ROUNDS, max(1, int((until_ns - now) / ROUND_NS)))
+            _spin(view, seen, rounds, SETTLE)
         return done()

@@ -75,3 +75,22 @@ def test_a_sleeping_blocker_is_woken_only_when_its_condition_holds():
         assert not waiter.is_alive()
         assert held.writes_done == 1 and other.writes_done == 30
         assert len(notified) == 1
+
+
+def test_a_spinning_blocker_is_signalled_only_when_its_condition_holds():
+    """A blocker spinning on one var (GIL-free, watching the engine's progress counter) sees the
+    counter move once, when its own op is done, not at every op other vars finish meanwhile:
+    the worker tests the blocker's condition, so the spinner takes the GIL only to return."""
+    with Engine(workers=2, spin_s=60.0) as engine:
+        held, other = engine.new_var("held"), engine.new_var("other")
+        engine.push(time.sleep, (), (held,), name="hold", args=(0.2,))
+        for _ in range(30):
+            engine.push(time.sleep, (), (other,), name="tick", args=(1e-3,))
+        before = engine._progress.counts[0]
+        waiter = threading.Thread(target=engine.wait_for_var, args=(held,))
+        waiter.start()
+        waiter.join(5.0)
+        assert not waiter.is_alive()
+        assert held.writes_done == 1 and other.writes_done == 30
+        assert engine._progress.counts[0] - before == 1
+        assert not engine._blockers  # the blocker unregistered on its way out
