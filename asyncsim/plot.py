@@ -32,6 +32,7 @@ __all__ = ["KIND_COLORS", "dependency_graph", "memory", "new_figure", "save", "s
 KIND_COLORS = {"issue": "#4C72B0", "exec": "#DD8452", "copy": "#55A868", "wait": "#A9A9A9"}
 REGION_COLORS = ("#8172B3", "#64B5CD", "#CCB974", "#DA8BC3", "#937860", "#8C8C8C")
 DEVICE_COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3")
+RSS = ":rss"  # the suffix of a process-RSS pseudo-device in a measured Trace's memory
 LINESTYLES = ("--", "-", ":", "-.")  # per trace when colours mark devices
 BAR_HEIGHT = 0.7  # of a lane row
 REGION_ROW = 0.5  # height of one row of region labels, in lane rows
@@ -151,6 +152,9 @@ def _step(ax, trace: Trace, device: str, **style) -> None:
 def _draw_memory(ax, labelled, device) -> None:
     devices = sorted({d for _, tr in labelled for d in tr.devices}) if device is None else [device]
     by_device = len(devices) > 1 or len(labelled) == 1
+    # a process's resident set (realexec's "cpu:rss") is not live bytes and dwarfs them (GBs of
+    # interpreter and libraries against KBs of arrays): it gets an axis of its own, on the right
+    rss_ax = ax.twinx() if any(d.endswith(RSS) for d in devices) else None
     for j, dev in enumerate(devices):
         for i, (label, tr) in enumerate(labelled):
             if dev not in tr.devices:
@@ -160,12 +164,18 @@ def _draw_memory(ax, labelled, device) -> None:
             several = by_device and len(labelled) > 1
             style = LINESTYLES[i % len(LINESTYLES)] if several else "-"
             name = label if device is not None else f"{label} {dev}"
-            _step(ax, tr, dev, color=color, linestyle=style, linewidth=1.2, label=name)
+            target = rss_ax if dev.endswith(RSS) else ax
+            _step(target, tr, dev, color=color, linestyle=style, linewidth=1.2, label=name)
     ax.set_xlabel("time (ms)")
     ax.set_ylabel("live memory (MiB)")
     ax.grid(alpha=0.3)
-    if ax.get_lines():
-        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    lines = ax.get_lines() + (rss_ax.get_lines() if rss_ax is not None else [])
+    if rss_ax is not None:
+        rss_ax.set_ylabel("process RSS (MiB)")
+        rss_ax.set_ylim(bottom=0.0)
+    if lines:
+        ax.legend(handles=lines, loc="upper left", bbox_to_anchor=(1.06, 1.0), fontsize=8,
+                  frameon=False)
     else:
         ax.text(0.5, 0.5, "no memory samples", transform=ax.transAxes, ha="center",
                 va="center")

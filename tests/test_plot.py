@@ -116,6 +116,23 @@ def test_memory_labels_several_traces():
     assert len(styles) == 4  # every curve can be told apart
 
 
+def test_process_rss_gets_its_own_axis_and_live_bytes_keep_their_scale():
+    """A measured trace's process RSS ("cpu:rss", GBs) is drawn on a second y axis, so the live
+    bytes (MiB) keep a scale on which they can be read; the legend names every curve."""
+    meas = make_trace()
+    meas.memory += [(0.0, "cpu:rss", 1800 * MIB), (3.1 * 1e-3, "cpu:rss", 1805 * MIB)]
+    ax = plot.memory(meas, device=None).axes[0]
+    twins = [a for a in ax.figure.axes if a is not ax]
+    assert len(twins) == 1
+    (rss,) = twins[0].get_lines()
+    assert rss.get_label().endswith(" cpu:rss")
+    assert sorted(line.get_label().split()[-1] for line in ax.get_lines()) == ["cpu", "gpu0"]
+    assert ax.get_ylim()[1] < 100  # MiB of live bytes, not the RSS's 1800
+    assert twins[0].get_ylim()[1] >= 1805
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert rss.get_label() in legend and len(legend) == 3
+
+
 def test_side_by_side_shares_time_and_names_the_machine():
     """Two timelines and a memory panel on one time axis; the title names the measuring machine."""
     pred, meas = make_trace("predicted", 0.5), make_trace("measured", 1.0)
