@@ -122,7 +122,8 @@ ROUND_NS = _round_ns()
 
 
 class Progress:
-    """A count of ops finished, bumped by workers, and a spin on it that holds no GIL."""
+    """A count of signals (a worker finished an op that made a waiting blocker's condition
+    hold), bumped by workers, and a spin on it that holds no GIL."""
 
     __slots__ = ("counts", "_view")
 
