@@ -25,25 +25,27 @@ what the book's closed forms assume. With a Host:
 - the GIL (`profile.gil` > 0), CPython's rules as far as they matter here. The frontend holds it
   while it runs -- from its first issue until it blocks (a blocker, max_inflight) -- and checks
   for a drop request before each issue or free. A CPU worker holds it for an op's latency (the
-  call into the kernel), drops it for the kernel's bytes and flops time (a nogil kernel) and for
-  `profile.nogil` of its latency (the GIL's own release and retake around the native call: the
-  moment a tiny kernel leaves the GIL free, taken out of the latency, not added to it), and
+  call into the kernel), drops it for the kernel's bytes and flops time (a nogil kernel), and
   must take it again when the kernel returns, before the op is done (a worker whose kernel ends
   while the frontend issues waits for the GIL, not the frontend for it). A thread asking for a
   free GIL takes it at once, even if others wait; a release wakes the longest waiter, which
-  arrives a wake-up later (`dispatch`, scattered by half of it either way, as real ones are)
-  and takes it only if it is still free (a frontend whose blocker ended while it still spun is
-  awake: it takes a released GIL at once). A thread that has waited `profile.switch` seconds
-  without any other thread taking the GIL meanwhile asks the holder to drop it, and that drop
-  hands it over; otherwise it waits another interval (CPython's take_gil). The thread that
-  dropped it waits until the asker holds it, then sleeps on the GIL like any waiter (a release
-  must wake it: CPython 3.11's drop_gil with FORCE_SWITCHING, then take_gil). So a worker whose
-  kernels are shorter than a wake-up keeps the GIL from the others (a convoy), and a busy
-  frontend leaves workers a turn only every switch interval.
-- cores, when `profile.cores` < workers + 1: the frontend occupies a core while it runs (not
-  while it waits: its blocker spins on sched_yield, which lets any runnable thread have the
-  core); a CPU worker occupies one from starting an op until it finds no next op. A worker
-  starts an op only on a free core (first come, first served); the frontend never waits for one.
+  arrives a hand-over later (`profile.handover`: measured, ~40 us here; else `dispatch`;
+  scattered by half of it either way, as real wake-ups are) and takes it only if it is still
+  free (a frontend whose blocker ended while it still spun is awake: it takes a released GIL at
+  once). A thread that has waited `profile.switch` seconds without any other thread taking the
+  GIL meanwhile asks the holder to drop it, and that drop hands it over; otherwise it waits
+  another interval (CPython's take_gil). The thread that dropped it waits until the asker holds
+  it, then sleeps on the GIL like any waiter (a release must wake it: CPython 3.11's drop_gil
+  with FORCE_SWITCHING, then take_gil). So a worker whose kernels are shorter than a wake-up
+  keeps the GIL from the others (a convoy), and a busy frontend leaves workers a turn only
+  every switch interval.
+- cores, when `profile.cores` < workers + 1: the frontend occupies a core while it runs and
+  while its blocker spins (`profile.spin`), and gives it up when it falls asleep: the spin calls
+  sched_yield, but a woken worker does not get that core in practice (measured here: two
+  workers drained 17 us kernels no faster than one while the frontend spun in wait_all, and
+  1.6-1.75 times faster when it slept at once). A CPU worker occupies a core from starting an
+  op until it finds no next op. A worker starts an op only on a free core (first come, first
+  served); the frontend never waits for one.
   This is a non-preemptive reading of the OS scheduler: right for ops shorter than its time
   slice (ms), and it conserves the work done per core for longer ones.
 - crowding (a CPU cost with `crowd` > 0, memory-bound kernels): when such a kernel starts, each
@@ -144,7 +146,7 @@ class Gil:
         return False
 
     def _arrival(self) -> float:
-        """When a signalled waiter gets to look: a wake-up, scattered by half of it either way.
+        """When a signalled waiter gets to look: a hand-over, scattered by half of it either way.
         Real wake-ups scatter so, and it matters: a waiter finds the GIL free about as often
         as the holder leaves it free (in its nogil kernels), where a fixed delay would always
         land in the same phase of a holder's cycle (always free, or never). Seeded: a
@@ -221,8 +223,8 @@ class Host:
         self.wake = 0.0 if sync else profile.wake
         self.hold = profile.gil
         self.release = profile.release
-        self.nogil = profile.nogil
-        self.gil = Gil(env, profile.dispatch, profile.switch) if profile.gil and not sync else None
+        handover = profile.handover or profile.dispatch
+        self.gil = Gil(env, handover, profile.switch) if profile.gil and not sync else None
         self.crowding = 0  # crowding kernels running now
         crowded = profile.cores < profile.workers + 1 and not sync
         self.cores = Cores(env, profile.cores) if crowded else None
@@ -236,30 +238,23 @@ class Host:
         self.queue = WakeQueue()
 
     def prepare(self, op, cost, link: bool) -> None:
-        """Split the op's lane cost: (latency with the GIL, bytes time, time without the GIL
-        that crowding does not stretch: flops and the `nogil` part of the latency, crowd)."""
+        """Split the op's lane cost: (latency with the GIL, bytes time, flops time (without the
+        GIL, and not stretched by crowding), crowd)."""
         if link:
             self.parts.append((cost.latency, cost.bytes_time(op.nbytes / 2), 0.0, 0.0))
             return
         by_bytes = cost.bytes_time(op.nbytes) if op.nbytes else 0.0
         by_flops = op.flops / cost.peak if op.flops else 0.0
-        # without it a waiter could never find the GIL free in a tiny kernel: a worker draining
-        # a backlog of them would keep the GIL until the backlog is gone, where CPython's
-        # frontend takes it back within a few ops (12.2's 1000-op loop keeps its outputs queued)
-        free = min(self.nogil, cost.latency)
-        self.parts.append((cost.latency - free, by_bytes, by_flops + free,
-                           cost.crowd if by_bytes else 0.0))
+        self.parts.append((cost.latency, by_bytes, by_flops, cost.crowd if by_bytes else 0.0))
 
     # -- the frontend's waits -------------------------------------------------------------------
     def frontend_waits(self, event) -> None:
-        """The frontend blocks until `event`: it gives up its core (a blocker spinning on
-        sched_yield lets any runnable thread have it) and falls asleep after `spin` seconds."""
+        """The frontend blocks until `event`: it spins for `spin` seconds, keeping its core,
+        then falls asleep and gives the core up."""
         if event.triggered:
             return
         self.waiting = True
         self.blocked = event
-        if self.cores is not None:
-            self.cores.give()
         if self.spin:
             self.env.timeout(self.spin).callbacks.append(lambda _: self._sleep(event))
         else:
@@ -268,16 +263,18 @@ class Host:
     def _sleep(self, event) -> None:
         if not event.triggered:
             self.asleep = True
+            if self.cores is not None:
+                self.cores.give()
 
     def frontend_woke(self) -> None:
         """The frontend's wait is over; `spinning` says it never fell asleep."""
         self.blocked = None
         if not self.waiting:
             return
+        if self.cores is not None and self.asleep:
+            self.cores.used += 1  # back from sleep: its core again, even over the count
         self.spinning = not self.asleep
         self.waiting = self.asleep = False
-        if self.cores is not None:
-            self.cores.used += 1
 
     def frontend_done(self) -> None:
         if self.cores is not None and not self.waiting:
@@ -310,8 +307,6 @@ class Host:
                     yield event
                     if self.dispatch:
                         yield timeout(self.dispatch)
-            position = items.popleft()
-            latency, by_bytes, by_flops, crowd = parts[position]
             if cores is not None and not core:
                 turn = cores.take()
                 if turn is not None:
@@ -321,6 +316,10 @@ class Host:
                 turn = gil.take(lane)
                 if turn is not None:
                     yield turn
+            if not items:  # read with the GIL and on a core: another worker emptied it meanwhile
+                continue
+            position = items.popleft()
+            latency, by_bytes, by_flops, crowd = parts[position]
             start = env.now
             if latency:  # the call into the kernel, with the GIL
                 yield timeout(latency)

@@ -33,15 +33,13 @@ A Profile says
   when an op it finishes frees a dropped buffer; `recheck`, what a worker adds per op while the
   frontend sleeps in a blocker waiting for it (it tests the blocker's condition); `startup`,
   what the first op of a fresh engine adds to the frontend (code and threads that never ran:
-  cold caches, first wake-ups); `nogil`, the part of every CPU kernel call's latency during
-  which the GIL is free whatever the data (CPython's release and retake of the GIL around a
-  nogil kernel): a thread waiting for the GIL can take it there, so a worker draining tiny ops
-  does not keep it from the frontend for ever; `switch`, CPython's switch interval
-  (`sys.getswitchinterval()`): how long a thread waits for the GIL before the holder must hand
-  it over; `spin`, how long a blocker spins before it sleeps (a frontend whose wait ends within
-  it is awake and takes a released GIL at once); `cores`, which matters when fewer than
-  workers + 1.
-  `asyncsim.host` has the rules.
+  cold caches, first wake-ups); `handover`, the seconds a thread asleep on the GIL takes to run
+  once the GIL is let go (0: `dispatch`, as a queue's wake-up): a thread that takes the GIL back
+  sooner keeps it, so kernels shorter than this do not overlap; `switch`, CPython's switch
+  interval (`sys.getswitchinterval()`): how long a thread waits for the GIL before the holder
+  must hand it over; `spin`, how long a blocker spins before it sleeps (a frontend whose wait
+  ends within it is awake and takes a released GIL at once); `cores`, which matters when fewer
+  than workers + 1. `asyncsim.host` has the rules.
 
 A Cost (`asyncsim.cost`, with the cost keys' checks) is `latency + nbytes / bandwidth +
 flops / peak` seconds. Units: seconds, bytes, bytes per second, flops per second. JSON files hold
@@ -79,8 +77,9 @@ from asyncsim.ops import OPS
 
 _SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int, "gpus": int,
             "free": float, "dispatch": float, "wake": float, "gil": float, "release": float,
-            "switch": float, "spin": float, "recheck": float, "startup": float, "nogil": float,
-            "gpu_issue": float, "gpu_wait": float, "gpu_settle": float, "pageable": int}
+            "switch": float, "spin": float, "recheck": float, "startup": float,
+            "handover": float, "gpu_issue": float, "gpu_wait": float, "gpu_settle": float,
+            "pageable": int}
 _MINIMUM = {"workers": 1, "cores": 1, "gpus": 0}
 
 
@@ -103,7 +102,7 @@ class Profile:
     spin: float = 0.0
     recheck: float = 0.0
     startup: float = 0.0
-    nogil: float = 0.0
+    handover: float = 0.0
     gpu_issue: float = 0.0
     gpu_wait: float = 0.0
     gpu_settle: float = 0.0

@@ -1,9 +1,9 @@
 """Calibration: measure this machine with microbenchmarks on the real engine -> asyncsim.Profile.
 
 `calibrate(workers=None, quick=False, cache=True, progress=True, force=False)` runs the
-microbenchmarks of `realexec.microbench` and `realexec.microbench_host` on `workers` CPU workers
-(default: one per core, as `realexec.run`) and turns them into the Profile that
-`asyncsim.simulate` prices a program with:
+microbenchmarks of `realexec.microbench`, `realexec.microbench_host` and `realexec.microbench_gil`
+on `workers` CPU workers (default: one per core, as `realexec.run`) and turns them into the
+Profile that `asyncsim.simulate` prices a program with:
 
 - `t1` and "frontend:<op>" costs: seconds per issued op ("frontend:broadcast": a binary op on
   operands of different shapes); `free`: seconds per dropped handle;
@@ -11,8 +11,8 @@ microbenchmarks of `realexec.microbench` and `realexec.microbench_host` on `work
   what those blockers add (a copy, formatting), latency + bytes / bandwidth of the array, each
   the first of its kind in a fresh session (cold code, as the chapters' once-per-region calls);
 - `startup`: what a fresh engine's first op round trip takes beyond a warm one;
-- `nogil`: what a trivial kernel compiled with nogil=True takes per call beyond the same kernel
-  holding the GIL: the moment each kernel call leaves the GIL free for a thread waiting for it;
+- `handover`: how long a thread asleep on the GIL takes to run once it is let go
+  (`realexec.microbench_gil`);
 - `wake`: what waking a sleeping thread costs the thread that wakes it (a queue put that wakes a
   thread asleep in its get, against one that does not);
 - `dispatch`: the rest of an idle engine's round trip (a sleeping worker waking up), from two
@@ -79,7 +79,7 @@ from realexec.fits import blocker_costs, fit, fit_bytes, kernel_costs, set_crowd
 from realexec.frontend import machine
 from realexec.microbench import BackgroundLoad  # noqa: F401 -- re-exported
 
-VERSION = 6  # bump when what is measured changes: older cache files are then ignored
+VERSION = 7  # bump when what is measured changes: older cache files are then ignored
 
 
 def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
@@ -120,7 +120,7 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
                    release=release,
                    switch=sys.getswitchinterval(), spin=_engine_spin(),
                    recheck=raw["blocked"]["recheck"], startup=fresh["startup"],
-                   nogil=raw.get("nogil", {}).get("nogil", 0.0),  # 0: measured before it was
+                   handover=raw.get("handover", {}).get("handover", 0.0),
                    meta=json.loads(json.dumps({**meta, "measurements": raw})))  # as saved
 
 

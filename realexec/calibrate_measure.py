@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from realexec import microbench, microbench_host
+from realexec import microbench, microbench_gil, microbench_host
 from realexec.fits import FITTED, ROW
 from realexec.frontend import session
 from realexec.steady import busy
@@ -108,7 +108,8 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
     # this kind of machine runs slower for seconds after its cores idled (realexec.steady)
     busy(1.0 if s.spread else 0.0)
     bar.set_postfix_str("fresh engines")
-    raw["fresh"] = microbench_host.fresh(workers, s.blocker_sizes, s.fresh_rounds)
+    raw["fresh"] = microbench_host.fresh(workers, s.blocker_sizes, s.fresh_rounds,
+                                         pause=s.spread / 4)
     bar.update()
     with session(workers=workers) as nd:
         bench = microbench._Bench(nd, workers)
@@ -128,7 +129,7 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
         raw["worker"] = microbench.worker_overhead(bench, s.issue_ops, s.loops, s.spread / 2)
         bar.update()
         raw["wake"] = microbench_host.wake(s.roundtrips, bursts=s.loops, pause=s.spread / 2)
-        raw["nogil"] = microbench_host.nogil(s.loops, pause=s.spread / 2)
+        raw["handover"] = microbench_gil.handover(s.roundtrips // 2)
         bar.set_postfix_str("blocked frontend")
         raw["blocked"] = microbench_host.blocked(bench, s.issue_ops, s.loops, s.recheck_size,
                                                  s.spread / 2)

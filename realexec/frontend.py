@@ -13,7 +13,10 @@ Recorded in the Trace (seconds from the engine's start, `time.perf_counter_ns`):
   spans on "gpu{i}/compute" and "copy" spans on "gpu{i}/copy" (`realexec.gpu_device`);
 - "wait" spans on "frontend": from entering a blocker until the frontend runs again (t3 included);
 - memory: the pool's live bytes per device ("cpu", "gpu0", ..) at every change, and the process
-  RSS as device "cpu:rss" at marks and blockers (at most once per millisecond at blockers);
+  RSS as device "cpu:rss" at marks and blockers (at most once per 10 ms at blockers). A read
+  costs ~2 us warm but ~60 us after a `gc.collect()` here (cold caches): it is taken before a
+  region's start is stamped and after its end, and rarely at blockers, so that the measurement
+  is not inside what it measures;
 - marks: the `nd.benchmark` regions; meta: source="measured", workload, workers, mode, machine,
   and "gpus": what each GPU used was (a device name, or the CUDA simulator).
 
@@ -43,7 +46,7 @@ from realexec.gpu_vars import StreamVar, after_device, host_wait
 from realexec.kernels import cpu
 from realexec.memory import Pool, RssProbe
 
-_RSS_EVERY_NS = 1_000_000
+_RSS_EVERY_NS = 10_000_000
 _warm = False
 
 
@@ -145,15 +148,16 @@ class EngineBackend(GpuBackend):
             self._settle()
 
     def mark(self, label: str, begin: bool) -> None:
-        now = perf_counter_ns()
         if begin:
-            self._open_marks.append((label, now))
-        else:
-            for i in range(len(self._open_marks) - 1, -1, -1):
-                if self._open_marks[i][0] == label:
-                    self.marks.append((label, self._open_marks.pop(i)[1], now))
-                    break
-        self._sample_rss(now, force=True)
+            self._sample_rss(perf_counter_ns(), force=True)  # before the region's clock starts
+            self._open_marks.append((label, perf_counter_ns()))
+            return
+        now = perf_counter_ns()
+        for i in range(len(self._open_marks) - 1, -1, -1):
+            if self._open_marks[i][0] == label:
+                self.marks.append((label, self._open_marks.pop(i)[1], now))
+                break
+        self._sample_rss(now, force=True)  # after the region's end is stamped
 
     # -- trace ---------------------------------------------------------------------------------
     def _sample_rss(self, now: int, force: bool = False) -> None:
@@ -161,7 +165,7 @@ class EngineBackend(GpuBackend):
             rss = self._rss.read()
             if rss is not None:
                 self._rss_samples.append((now, "cpu:rss", rss))
-            self._last_rss_ns = now
+            self._last_rss_ns = perf_counter_ns()  # the interval counts from the read's end
 
     def trace(self, meta: dict | None = None) -> Trace:
         """Everything recorded so far as a Trace (times in seconds from the engine's start)."""

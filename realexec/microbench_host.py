@@ -8,13 +8,16 @@ what a frontend asleep in a blocker costs the workers it waits for. Like `realex
   by the workers; compute-bound ops as a check); `busy_frontend`: the frontend's issue period
   while W workers run kernels, against one with them asleep.
 
-- `fresh`: fresh sessions, each after `gc.collect()` (as a benchmark harness does before a run, and
-  as benchmarks/accuracy.py does). In each, the first op's round trip (`nd.ones((8,))`, then
-  `wait_to_read`) against the same round trip done again once the engine is warm: `startup`, the
-  difference (the frontend's push path and the workers' threads never ran; caches are cold). Then
-  the first print, asnumpy and item of that session, each on an array of one of `sizes`: the
-  chapters call a blocker like these once per region, not in a loop, so its code is cold when it
-  runs, as here (a first print of a small array costs several times a repeated one).
+- `fresh`: fresh sessions, each after `pause` seconds of every core kept busy and a
+  `gc.collect()` (as benchmarks/accuracy.py prepares a measured run: the spin and the collection
+  leave the frontend's code and data out of the caches, which costs a first op and a first print
+  tens of microseconds more than a collection alone). In each, the first op's round trip
+  (`nd.ones((8,))`, then `wait_to_read`) against the same round trip done again once the engine
+  is warm: `startup`, the difference (the frontend's push path and the workers' threads never
+  ran; caches are cold). Then the first print (`print(x)`, written to a StringIO), asnumpy and
+  item of that session, each on an array of one of `sizes`: the chapters call a blocker like
+  these once per region, not in a loop, so its code is cold when it runs, as here (a first
+  print of a small array costs several times a repeated one).
 - `blocked`: a backlog of `n` small ops (`x + 1.0` on `size` elements: a kernel of a microsecond
   or two, the kind of op whose per-op costs add up) drained by one worker while the others are
   held, once with the frontend asleep in a blocker on the last of them and once with it asleep
@@ -26,11 +29,7 @@ what a frontend asleep in a blocker costs the workers it waits for. Like `realex
   kind of queue (`queue.SimpleQueue`) with a thread asleep in its get, against one with nobody
   waiting. No engine: the cost is the operating system's (on a virtual machine, an interrupt to
   the other virtual CPU).
-- `nogil`: how long a nogil kernel call leaves the GIL free whatever its data: the same trivial
-  kernel compiled with `nogil=True` and without, per call (CPython's release and retake of the
-  GIL around the native call, the only moment a waiting thread can take the GIL from a worker
-  that drains tiny ops). No engine, no second thread: uncontended, so a lower bound of the
-  window a woken waiter finds (its size matters little, that it is not zero a lot).
+- the GIL's hand-over to a sleeping thread is measured in `realexec.microbench_gil`.
 
 Units: seconds. Times come from the engine's own log, as in a measured Trace.
 """
@@ -38,13 +37,13 @@ Units: seconds. Times come from the engine's own log, as in a measured Trace.
 from __future__ import annotations
 
 import gc
+import io
 import threading
 import time
 from queue import SimpleQueue
 from time import perf_counter_ns
 
 import numpy as np
-from numba import njit
 
 from realexec.microbench import _Bench
 from realexec.steady import busy, central
@@ -111,14 +110,16 @@ def busy_frontend(bench: _Bench, n: int, repeats: int, size: int) -> tuple[float
 
 
 
-def fresh(workers: int, sizes, rounds: int, warm: int = 5) -> dict:
+def fresh(workers: int, sizes, rounds: int, warm: int = 5, pause: float = 0.0) -> dict:
     """{"startup": seconds, "first": [...], "warm": [...], "blockers": {kind: [(nbytes, s)]}}."""
     from realexec.frontend import session
 
     firsts, warms = [], []
     cold: dict = {"print": [], "asnumpy": [], "item": []}
+    shown = io.StringIO()
     for _ in range(rounds):
         for n in sizes:
+            busy(pause)
             gc.collect()
             with session(workers=workers) as nd:
                 start = perf_counter_ns()
@@ -132,8 +133,8 @@ def fresh(workers: int, sizes, rounds: int, warm: int = 5) -> dict:
                 warms.append(float(np.median(again)))
                 x, one = nd.ones((n,)), nd.ones((1,))
                 nd.waitall()
-                for kind, call in (("print", lambda: repr(x)), ("asnumpy", x.asnumpy),  # noqa: B023
-                                   ("item", one.item)):
+                for kind, call in (("print", lambda: print(x, file=shown)),  # noqa: B023
+                                   ("asnumpy", x.asnumpy), ("item", one.item)):
                     start = perf_counter_ns()
                     call()
                     seconds = (perf_counter_ns() - start) * 1e-9
@@ -208,40 +209,3 @@ def wake(rounds: int, idle: float = 5e-4, bursts: int = 1, pause: float = 0.0) -
         thread.join()
     woke_s, alone_s = central(puts) * 1e-9, central(plain) * 1e-9
     return {"woke": woke_s, "alone": alone_s, "wake": max(0.0, woke_s - alone_s)}
-
-
-@njit(nogil=True, cache=True)
-def _touch_without_gil(x):
-    x[0] += 1.0
-
-
-@njit(cache=True)
-def _touch_with_gil(x):
-    x[0] += 1.0
-
-
-def _per_call(kernel, x, calls: int) -> float:
-    start = perf_counter_ns()
-    for _ in range(calls):
-        kernel(x)
-    return (perf_counter_ns() - start) * 1e-9 / calls
-
-
-def nogil(rounds: int, calls: int = 2000, batches: int = 5, pause: float = 0.0) -> dict:
-    """Seconds per call of a trivial kernel compiled with nogil=True ("free") and holding the GIL
-    ("held"), and "nogil", their difference: in each of `rounds` (with `pause` busy seconds
-    before each), `batches` of `calls` calls of each kernel, alternating, and the median
-    difference; `central` over the rounds, at least 0."""
-    x = np.zeros(2)
-    _touch_without_gil(x)  # compiled (or loaded from numba's cache) before timing
-    _touch_with_gil(x)
-    free, held, differences = [], [], []
-    for _ in range(rounds):
-        busy(pause)
-        pairs = [(_per_call(_touch_without_gil, x, calls), _per_call(_touch_with_gil, x, calls))
-                 for _ in range(batches)]
-        free.append(float(np.median([f for f, _ in pairs])))
-        held.append(float(np.median([h for _, h in pairs])))
-        differences.append(float(np.median([f - h for f, h in pairs])))
-    return {"free": central(free), "held": central(held),
-            "nogil": max(0.0, central(differences))}

@@ -137,3 +137,29 @@ def test_rss_probe_reads_a_plausible_size():
         assert probe.read() >= big.nbytes
     finally:
         probe.close()
+
+
+def test_rss_reads_stay_outside_the_regions_they_sample(monkeypatch):
+    """An RSS read (slow with cold caches) is taken before a region's start is stamped and after
+    its end, and at most once per 10 ms at blockers: with reads made to take 20 ms, a region
+    holding one short blocker still measures under 20 ms, and its start and end carry samples."""
+    import time
+
+    read = RssProbe.read
+
+    def slow_read(self):
+        time.sleep(0.02)
+        return read(self)
+
+    monkeypatch.setattr(RssProbe, "read", slow_read)
+
+    def region(nd):
+        x = nd.ones((8,))
+        with nd.benchmark("short"):
+            (x + 1).wait_to_read()
+
+    trace = realexec.run(region, workers=1)
+    assert trace.regions["short"] < 0.02
+    (_, start, end), = [m for m in trace.marks if m[0] == "short"]
+    rss_times = [t for t, dev, _ in trace.memory if dev == "cpu:rss"]
+    assert any(t <= start for t in rss_times) and any(t >= end for t in rss_times)

@@ -1,7 +1,6 @@
 """Waking a sleeping thread: the model's GIL saying when a release wakes a waiter (what
 `Profile.wake` charges; the charges themselves are tested in test_host.py), how the calibration
-measures a wake-up and the GIL-free moment of a nogil kernel call (what a woken waiter can
-catch), and the real engine waking a sleeping blocker only when its condition holds."""
+measures a wake-up, and the real engine waking a sleeping blocker only when its condition holds."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ import simpy
 
 from asyncsim.host import Gil
 from realexec.engine import Engine
-from realexec.microbench_host import nogil, wake
+from realexec.microbench_host import wake
 
 
 def test_a_gil_release_says_whether_it_woke_a_sleeping_waiter():
@@ -42,15 +41,6 @@ def test_calibration_measures_a_wake_up_as_a_nonnegative_cost():
     result = wake(rounds=20, pause=2e-4)
     assert 0.0 < result["alone"] < 1e-3 and 0.0 < result["woke"] < 1e-3
     assert result["wake"] == pytest.approx(max(0.0, result["woke"] - result["alone"]))
-
-
-def test_calibration_measures_a_nogil_calls_gil_free_moment():
-    """`microbench_host.nogil`: the same trivial kernel with and without nogil, each a positive
-    time per call under 100 us, and `nogil` their median difference, never negative and
-    shorter than the call itself."""
-    result = nogil(rounds=3, calls=200)
-    assert 0.0 < result["free"] < 1e-4 and 0.0 < result["held"] < 1e-4
-    assert 0.0 <= result["nogil"] < result["free"]
 
 
 def test_a_sleeping_blocker_is_woken_only_when_its_condition_holds():
