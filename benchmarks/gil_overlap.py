@@ -2,7 +2,7 @@
 
     python benchmarks/gil_overlap.py [--ops N] [--rounds R]
 
-For kernels of d seconds (a compiled loop that drops the GIL, `realexec.microbench_gil._burn`):
+For kernels of d seconds (a compiled loop that drops the GIL, `realexec.microbench_gil.burn`):
 - engine: 2N independent ops pushed to the real engine, its frontend then waiting in `wait_all`,
   drained by one worker and by two (first exec start to last exec end); the speedup, median
   and range over R rounds;
@@ -32,7 +32,7 @@ from asyncsim.profile import Cost
 from realexec.calibrate import calibrate
 from realexec.engine import Engine
 from realexec.frontend import machine
-from realexec.microbench_gil import _burn, _Burner, overlap
+from realexec.microbench_gil import Burner, burn, overlap
 from realexec.steady import busy
 
 DURATIONS = (5e-6, 17e-6, 30e-6, 50e-6, 100e-6, 200e-6)
@@ -45,11 +45,11 @@ def engine_drain(burner, kernel: float, workers: int, ops: int) -> float:
     n = burner.iterations(kernel)
     with Engine(workers=workers) as engine:
         warm = engine.new_var("warm")
-        engine.push(_burn, (), (warm,), args=(n, burner.flag), name="burn")
+        engine.push(burn, (), (warm,), args=(n, burner.flag), name="burn")
         engine.wait_all()
         since = len(engine.log)
         for var in [engine.new_var(f"v{i}") for i in range(ops)]:
-            engine.push(_burn, (), (var,), args=(n, burner.flag), name="burn")
+            engine.push(burn, (), (var,), args=(n, burner.flag), name="burn")
         engine.wait_all()
         spans = [e for e in engine.log[since:] if e[1] == "exec"]
     return (max(e[5] for e in spans) - min(e[4] for e in spans)) * 1e-9
@@ -84,7 +84,7 @@ def main() -> None:
           f"{profile.handover * 1e6:.1f} us, dispatch {profile.dispatch * 1e6:.1f} us, wake "
           f"{profile.wake * 1e6:.1f} us, gil {profile.gil * 1e6:.1f} us, {profile.cores} cores")
     start = time.perf_counter()
-    burner = _Burner()
+    burner = Burner()
     threads = overlap(DURATIONS, calls=args.ops // 2, rounds=args.rounds, python=PYTHON)
     print(f"\nspeedup of two workers (threads) over one, {args.ops} kernels")
     print(f"{'kernel':>8s} {'engine (median, range)':>24s} {'threads':>8s} {'model':>7s}")

@@ -15,7 +15,7 @@ are the interpreter's and the operating system's.
   beside the real engine's workers and the model).
 
 Units: seconds. Kernel durations come from the kernel's own rate, measured once per call of a
-microbenchmark (`_Burner`).
+microbenchmark (`Burner`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from numba import njit
 
 
 @njit(nogil=True, cache=True)
-def _burn(n, entered):
+def burn(n, entered):
     """n dependent multiply-adds without the GIL; entered[0] = 1 first (the caller's signal
     that the call is under way)."""
     entered[0] = 1
@@ -39,14 +39,14 @@ def _burn(n, entered):
     return x
 
 
-class _Burner:
-    """`_burn` sized in seconds: its per-iteration time measured once, here and now."""
+class Burner:
+    """`burn` sized in seconds: its per-iteration time measured once, here and now."""
 
     def __init__(self):
         self.flag = np.zeros(1, np.int64)
-        _burn(10, self.flag)  # compiled (or loaded from numba's cache) before timing
+        burn(10, self.flag)  # compiled (or loaded from numba's cache) before timing
         start = perf_counter_ns()
-        _burn(2_000_000, self.flag)
+        burn(2_000_000, self.flag)
         self.per = max(1e-3, (perf_counter_ns() - start) / 2_000_000)  # ns per iteration
 
     def iterations(self, seconds: float) -> int:
@@ -59,13 +59,13 @@ def handover(trials: int, hold: float = 300e-6, kernel: float = 100e-6,
     "p10": s, "p90": s} over `trials` (see the module docstring). The waiter's kernel lasts
     `kernel`, the holder keeps the GIL `hold` after the waiter's kernel began (so the waiter
     is asleep on it well before it is let go), then leaves it free for `free`."""
-    burner = _Burner()
+    burner = Burner()
     entered = np.zeros(1, np.int64)
     stamps: dict = {}
     n_wait, n_free = burner.iterations(kernel), burner.iterations(free)
 
     def waiter():
-        _burn(n_wait, entered)
+        burn(n_wait, entered)
         stamps["ran"] = perf_counter_ns()
 
     samples = []
@@ -79,7 +79,7 @@ def handover(trials: int, hold: float = 300e-6, kernel: float = 100e-6,
         while perf_counter_ns() < deadline:
             pass
         let_go = perf_counter_ns()
-        _burn(n_free, burner.flag)
+        burn(n_free, burner.flag)
         thread.join()
         samples.append((stamps["ran"] - let_go) * 1e-9)
         time.sleep(5e-4)
@@ -94,13 +94,13 @@ def overlap(durations, calls: int = 100, rounds: int = 3, python: float = 1.5e-6
     """{duration: speedup}: one thread making 2 * `calls` calls of a kernel of each duration
     (`python` seconds of Python between calls) against two threads making `calls` each,
     median of `rounds` of each."""
-    burner = _Burner()
+    burner = Burner()
 
     def loop(n, count, out, k, start):
         start.wait()
         first = perf_counter_ns()
         for _ in range(count):
-            _burn(n, burner.flag)
+            burn(n, burner.flag)
             until = perf_counter_ns() + int(python * 1e9)
             while perf_counter_ns() < until:  # an engine worker's bookkeeping, with the GIL
                 pass
