@@ -34,8 +34,8 @@ A Profile says
   frontend sleeps in a blocker waiting for it (it tests the blocker's condition); `startup`,
   what the first op of a fresh engine adds to the frontend (code and threads that never ran:
   cold caches, first wake-ups); `handover`, the seconds a thread asleep on the GIL takes to run
-  once the GIL is let go (0: `dispatch`, as a queue's wake-up): a thread that takes the GIL back
-  sooner keeps it, so kernels shorter than this do not overlap; `switch`, CPython's switch
+  once the GIL is let go (0: `dispatch`, as a queue's wake-up): the woken thread takes the GIL
+  then only if it is still free; `switch`, CPython's switch
   interval (`sys.getswitchinterval()`): how long a thread waits for the GIL before the holder
   must hand it over; `spin`, how long a blocker spins before it sleeps (a frontend whose wait
   ends within it is awake and takes a released GIL at once); `cores`, which matters when fewer

@@ -64,6 +64,7 @@ def pushed(nd, n=10):
 
 
 def model_drain(profile, kernel: float, workers: int, ops: int) -> float:
+    """`engine_drain` in the model: `ops` elementwise ops priced as the kernel, on `profile`."""
     nbytes = 2 * 4 * ELEMENTS
     latency = profile.costs["cpu:elementwise"].latency
     costs = {"cpu:*": Cost(latency=latency, bandwidth=nbytes / kernel)}
