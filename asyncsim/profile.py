@@ -35,9 +35,9 @@ A Profile says
   what the first op of a fresh engine adds to the frontend (code and threads that never ran:
   cold caches, first wake-ups); `handover`, the seconds a thread asleep on the GIL takes to run
   once the GIL is let go (0: `dispatch`, as a queue's wake-up): the woken thread takes the GIL
-  then only if it is still free; `switch`, CPython's switch
-  interval (`sys.getswitchinterval()`): how long a thread waits for the GIL before the holder
-  must hand it over; `spin`, how long a blocker spins before it sleeps (a frontend whose wait
+  then only if it is still free; `switch`, CPython's switch interval
+  (`sys.getswitchinterval()`): how long a thread waits for the GIL before the holder must hand
+  it over; `spin`, how long a blocker spins before it sleeps (a frontend whose wait
   ends within it is awake and takes a released GIL at once); `cores`, which matters when fewer
   than workers + 1. `asyncsim.host` has the rules.
 
