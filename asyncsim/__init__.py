@@ -5,11 +5,11 @@ Profile, **params) does both. Profile.ideal(...) / Profile.preset("book") give c
 compare(predicted, measured) pairs a prediction with a `realexec.run` measurement.
 """
 
-from asyncsim.compare import compare
-from asyncsim.profile import Profile
-from asyncsim.program import Program
-from asyncsim.record import record
-from asyncsim.simulate import predict, simulate
-from asyncsim.trace import Trace
+from asyncsim.lab.compare import compare
+from asyncsim.model.profile import Profile
+from asyncsim.model.simulate import predict, simulate
+from asyncsim.nd.program import Program
+from asyncsim.nd.record import record
+from asyncsim.nd.trace import Trace
 
 __all__ = ["Profile", "Program", "Trace", "compare", "predict", "record", "simulate"]

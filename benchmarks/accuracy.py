@@ -41,12 +41,12 @@ import sys
 import time
 
 import asyncsim
-from asyncsim import scenarios
-from asyncsim.compare import compare, table
+from asyncsim.lab import scenarios
+from asyncsim.lab.compare import compare, table
 from realexec import run
-from realexec.calibrate import BackgroundLoad, calibrate
+from realexec.calibration.calibrate import BackgroundLoad, calibrate
+from realexec.calibration.steady import busy, central
 from realexec.frontend import machine
-from realexec.steady import busy, central
 
 NO_NUMPY = dict(numpy_part=False)
 SIZES = scenarios.MEASURE  # scenario -> parameters that differ from its book parameters
@@ -83,7 +83,7 @@ def measure(scenario, workers: int, params: dict, repeat: int = 3):
     """A warm-up run, then measured runs (the workload's prints are swallowed): at least
     `repeat`, and for a short workload more, SPACED apart (the cores kept busy meanwhile),
     until they span SPAN seconds (at most MAX_RUNS): this machine's speed changes from second
-    to second (`realexec.steady`), and runs taken back to back catch one moment. Returns
+    to second (`realexec.calibration.steady`), and runs taken back to back catch one moment. Returns
     the run whose total is nearest the runs' central total (a trimmed mean), its clock started
     at the workload's first event (realexec's clock starts when the engine is made, before the
     session sets BLAS's threads), and the spread of the totals ((longest - shortest) /
@@ -173,7 +173,7 @@ def collect(args, force: bool) -> list:
         pred = predict(scenario, profile, params)
         for _ in range(3):  # on a shared machine: measure again if others were busy meanwhile
             wait_for_quiet()
-            busy(1.0)  # cores that idled run slower for seconds (realexec.steady)
+            busy(1.0)  # cores that idled run slower for seconds (realexec.calibration.steady)
             load = BackgroundLoad()
             meas, spread = measure(scenario, workers, params, args.repeat)
             others = load.cores()

@@ -1,7 +1,7 @@
 """How fast is the vectorised pipeline solver? `python benchmarks/analytic.py [N]`
 
-Times `asyncsim.analytic.pipeline` on N ops (default 10 million) with random exponential costs,
-without blockers and with a blocker after about 1 op in 100 (and after every op), against a
+Times `asyncsim.model.analytic.pipeline` on N ops (default 10 million) with random exponential
+costs, without blockers and with a blocker after about 1 op in 100 (and after every op), against a
 plain `np.cumsum` of the same length: the floor for any O(n) numpy answer. Each time is the best
 of a few repeats, measured side by side in this run. For scale it also times the op-by-op Python
 loop on 10**5 ops and extrapolates it to N.
@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from asyncsim.analytic import pipeline
+from asyncsim.model.analytic import pipeline
 
 
 def best_of(repeats, function):

@@ -2,17 +2,17 @@
 
     python benchmarks/gil_overlap.py [--ops N] [--rounds R]
 
-For kernels of d seconds (a compiled loop that drops the GIL, `realexec.microbench_gil.burn`):
+For kernels of d seconds (a compiled loop that drops the GIL, `realexec.calibration.gil.burn`):
 - engine: 2N independent ops pushed to the real engine, its frontend then waiting in `wait_all`,
   drained by one worker and by two (first exec start to last exec end); the speedup, median
   and range over R rounds;
-- threads: `realexec.microbench_gil.overlap`, two bare threads calling the kernel against one
+- threads: `realexec.calibration.gil.overlap`, two bare threads calling the kernel against one
   (no engine, no waiting frontend);
 - model: the same 2N ops drained by one and two CPU workers in `asyncsim`, with this machine's
   calibrated profile (`realexec.calibrate`, cached: hand-over, wake-ups, worker overhead, the
   frontend's spin, cores) and each op priced as the kernel (latency: the calibrated elementwise
   call; bytes time: d). Nothing is fitted to what it is compared with. The model's rule: a thread
-  asleep on the GIL takes it only once it has stayed free a whole hand-over (`asyncsim.host`).
+  asleep on the GIL takes it only once it has stayed free a whole hand-over (`asyncsim.model.host`).
 
 How much two threads overlap depends on where the OS puts them: bare threads sometimes overlap
 17 us kernels and sometimes do not, run to run; the engine's workers, with the frontend spinning
@@ -28,12 +28,12 @@ import statistics
 import time
 
 from asyncsim import predict
-from asyncsim.profile import Cost
-from realexec.calibrate import calibrate
-from realexec.engine import Engine
+from asyncsim.model.profile import Cost
+from realexec.calibration.calibrate import calibrate
+from realexec.calibration.gil import Burner, burn, overlap
+from realexec.calibration.steady import busy
+from realexec.engine.core import Engine
 from realexec.frontend import machine
-from realexec.microbench_gil import Burner, burn, overlap
-from realexec.steady import busy
 
 DURATIONS = (5e-6, 17e-6, 30e-6, 50e-6, 100e-6, 200e-6)
 PYTHON = 1.5e-6  # seconds of Python between kernel calls in `overlap`'s threads
@@ -92,7 +92,7 @@ def main() -> None:
     for d in DURATIONS:
         ratios = []
         for _ in range(args.rounds):
-            busy(0.05)  # idle cores of a VM run slower for a while (realexec.steady)
+            busy(0.05)  # idle cores of a VM run slower for a while (realexec.calibration.steady)
             ratios.append(engine_drain(burner, d, 1, args.ops)
                           / engine_drain(burner, d, 2, args.ops))
         model = (model_drain(profile, d, 1, args.ops) / model_drain(profile, d, 2, args.ops))

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from realexec.kernels import gpu
+from realexec.gpu import kernels as gpu
 
 
 def best_times(calls, sync, repeat, inner=1):

@@ -6,7 +6,7 @@ machine's calibrated profile (CPU and GPU microbenchmarks) and run on the real e
     NUMBA_ENABLE_CUDASIM=1 python benchmarks/gpu_accuracy.py --quick   # checks the script only
 
 1. `realexec.calibrate(workers, gpu=True)`: the CPU's microbenchmarks and gpu(0)'s
-   (`realexec.calibrate_gpu`: kernel backlogs, copies both ways, the host's side), never a
+   (`realexec.calibration.gpu`: kernel backlogs, copies both ways, the host's side), never a
    scenario; cached (`--force` measures again);
 2. every scenario that needs no more GPUs than this machine has: recorded and simulated on that
    profile, run on the engine as benchmarks/accuracy.py does (a warm-up run, then the median of
@@ -26,13 +26,13 @@ import time
 
 from accuracy import measure, predict  # benchmarks/accuracy.py, beside this script
 
-from asyncsim import scenarios
-from asyncsim.cli import summary_table
-from asyncsim.compare import compare, table
-from realexec.calibrate import calibrate
+from asyncsim.lab import scenarios
+from asyncsim.lab.cli import summary_table
+from asyncsim.lab.compare import compare, table
+from realexec.calibration.calibrate import calibrate
 from realexec.frontend import machine
-from realexec.gpu_device import SIM_GPUS
-from realexec.kernels import gpu
+from realexec.gpu import kernels as gpu
+from realexec.gpu.device import SIM_GPUS
 
 
 def gpu_count() -> int:

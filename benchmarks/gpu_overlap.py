@@ -24,8 +24,8 @@ import contextlib
 import io
 
 import realexec
-from asyncsim.scenarios import get
-from realexec.kernels import gpu
+from asyncsim.lab.scenarios import get
+from realexec.gpu import kernels as gpu
 
 
 def overlap_share(trace, label: str, lane_a: str, lane_b: str) -> float:

@@ -19,7 +19,7 @@ import time
 import numpy as np
 import threadpoolctl
 
-from realexec.kernels import cpu
+from realexec.cpu import kernels as cpu
 
 
 def best_times(kernel, reference, repeat):

@@ -7,7 +7,7 @@ to back, and the printed ratio is the engine's share of the baseline's speed (1.
 
 1. push: frontend microseconds per `y = x + 1` on a (1, 2) array. "issue span" is the backend's own
    push path (reserve the output, push, record); "nd per op" is the whole frontend per op,
-   including the shared `asyncsim.frontend.ND` (its cost alone is the null-backend line) and, in
+   including the shared `asyncsim.nd.frontend.ND` (its cost alone is the null-backend line) and, in
    async mode, the GIL shared with the worker that runs the ops; "+ drain" adds the final
    waitall, so it also counts the Python work the worker does per op (a frontend that pushes
    tiny ops keeps the GIL, so the worker mostly runs them after the loop); "engine.push" pushes
@@ -34,10 +34,10 @@ import time
 import numpy as np
 
 import realexec
-from asyncsim.frontend import ND
-from realexec.engine import Engine, default_workers
+from asyncsim.nd.frontend import ND
+from realexec.cpu import kernels as cpu
+from realexec.engine.core import Engine, default_workers
 from realexec.frontend import EngineBackend, frozen_gc, machine
-from realexec.kernels import cpu
 
 US = 1e6
 

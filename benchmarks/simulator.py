@@ -7,7 +7,7 @@ solver on ten million ops.
 2. asyncsim.simulate on the chapter's loop (`y = x + 1` N times, then waitall) with constant costs
    (Profile.ideal): simulated ops per second, and the ratio to raw SimPy events per second (how
    many bare SimPy events one simulated op costs). Recording the program is timed separately;
-3. asyncsim.analytic.pipeline on M ops with random costs and blockers: ops per second.
+3. asyncsim.model.analytic.pipeline on M ops with random costs and blockers: ops per second.
 Times are wall-clock seconds of the best of `--repeat` runs; the machine is printed first.
 """
 
@@ -22,7 +22,7 @@ import numpy as np
 import simpy
 
 import asyncsim
-from asyncsim import analytic
+from asyncsim.model import analytic
 
 
 def machine() -> str:

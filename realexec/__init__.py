@@ -4,12 +4,12 @@
 `session()` gives an `nd` for interactive use; `Engine` is the generic engine underneath;
 `OpError` is what a blocker raises when an op it depends on failed; `calibrate()` measures this
 machine into an `asyncsim.Profile` (cached). GPUs (`nd.gpu(i)`, or `device='gpu'`) run
-numba.cuda kernels on a compute and a copy stream per device (`realexec.gpu_device`); without a
+numba.cuda kernels on a compute and a copy stream per device (`realexec.gpu.device`); without a
 GPU, under the CUDA simulator (NUMBA_ENABLE_CUDASIM=1).
 """
 
-from realexec.calibrate import calibrate
-from realexec.engine import Engine, OpError
+from realexec.calibration.calibrate import calibrate
+from realexec.engine.core import Engine, OpError
 from realexec.frontend import run, session
 
 __all__ = ["Engine", "OpError", "calibrate", "run", "session"]

@@ -1,16 +1,16 @@
 """The `nd` surface over the real engine: `realexec.run(workload)` and `realexec.session()`.
 
-`EngineBackend` is the backend that `asyncsim.frontend.ND` calls (the recording backend's
+`EngineBackend` is the backend that `asyncsim.nd.frontend.ND` calls (the recording backend's
 twin, so every workload runs unchanged): `issue` reserves the output buffer from the device's
-`Pool` and pushes the op's kernel (`realexec.kernels.cpu.KERNELS[name](inputs, out, attrs)`) to
+`Pool` and pushes the op's kernel (`realexec.cpu.kernels.KERNELS[name](inputs, out, attrs)`) to
 the engine, reading the input vars and writing the output var; `free` pushes the buffer's release
 behind every op that still touches it (`Engine.delete_var`); `sync` is a blocker; `mark` times an
-`nd.benchmark` region. Ops that touch a GPU go to its lanes (`realexec.gpu_backend`, mixed in).
+`nd.benchmark` region. Ops that touch a GPU go to its lanes (`realexec.gpu.backend`, mixed in).
 
 Recorded in the Trace (seconds from the engine's start, `time.perf_counter_ns`):
 - "issue" spans on "frontend": from entering `issue` (the shared frontend has already checked
   shapes) to the end of the push; "exec" spans on "cpu/w{i}" from the engine; per GPU, "exec"
-  spans on "gpu{i}/compute" and "copy" spans on "gpu{i}/copy" (`realexec.gpu_device`);
+  spans on "gpu{i}/compute" and "copy" spans on "gpu{i}/copy" (`realexec.gpu.device`);
 - "wait" spans on "frontend": from entering a blocker until the frontend runs again (t3 included);
 - memory: the pool's live bytes per device ("cpu", "gpu0", ..) at every change, and the process
   RSS as device "cpu:rss" at marks and blockers (at most once per 10 ms at blockers). A read
@@ -35,16 +35,16 @@ from time import perf_counter_ns
 
 import numpy as np
 
-from asyncsim.frontend import ND
-from asyncsim.record import check_params, check_workload
-from asyncsim.trace import Span, Trace
-from realexec.deps import Var
-from realexec.engine import FRONTEND, Engine, default_workers
-from realexec.gpu_backend import GpuBackend
-from realexec.gpu_device import check_gpu
-from realexec.gpu_vars import StreamVar, after_device, host_wait
-from realexec.kernels import cpu
-from realexec.memory import Pool, RssProbe
+from asyncsim.nd.frontend import ND
+from asyncsim.nd.record import check_params, check_workload
+from asyncsim.nd.trace import Span, Trace
+from realexec.cpu import kernels as cpu
+from realexec.engine.core import FRONTEND, Engine, default_workers
+from realexec.engine.deps import Var
+from realexec.engine.memory import Pool, RssProbe
+from realexec.gpu.backend import GpuBackend
+from realexec.gpu.device import check_gpu
+from realexec.gpu.vars import StreamVar, after_device, host_wait
 
 _RSS_EVERY_NS = 10_000_000
 _warm = False

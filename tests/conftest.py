@@ -20,8 +20,8 @@ REAL_GPU = os.environ.get("NUMBA_ENABLE_CUDASIM") != "1"
 
 def gpu_count() -> int:
     """Devices that `nd.gpu(i)` can name here: the simulator's virtual ones, or the real ones."""
-    from realexec.gpu_device import SIM_GPUS
-    from realexec.kernels import gpu
+    from realexec.gpu import kernels as gpu
+    from realexec.gpu.device import SIM_GPUS
 
     if not gpu.available():
         return 0

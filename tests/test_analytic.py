@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from asyncsim.analytic import (
+from asyncsim.model.analytic import (
     async_time,
     book_async_time,
     pipeline,

@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 import realexec
-from realexec.kernels import cpu
+from realexec.cpu import kernels as cpu
 
 
 def gated(name, gate: threading.Event, started: threading.Event | None = None):

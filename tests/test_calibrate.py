@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 
 import asyncsim
 from asyncsim import Profile
-from asyncsim.ops import OPS
-from asyncsim.profile import Cost
-from realexec.engine import default_workers
+from asyncsim.model.profile import Cost
+from asyncsim.nd.ops import OPS
+from realexec.engine.core import default_workers
 
 # the module: the package's `realexec.calibrate` attribute is the function
-cal = importlib.import_module("realexec.calibrate")
+cal = importlib.import_module("realexec.calibration.calibrate")
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from asyncsim.cli import main
+from asyncsim.lab.cli import main
 
 
 def test_list_names_every_scenario(capsys):
     """`asyncsim list` prints one line per registered scenario."""
-    from asyncsim.scenarios import SCENARIOS
+    from asyncsim.lab.scenarios import SCENARIOS
 
     assert main(["list"]) == 0
     out = capsys.readouterr().out

@@ -1,6 +1,6 @@
-"""realexec's CPU kernels compute what numpy computes, for every op of asyncsim.ops.OPS.
+"""realexec's CPU kernels compute what numpy computes, for every op of asyncsim.nd.ops.OPS.
 
-Each test allocates `out` from `asyncsim.ops.infer`, as the engine does, runs `KERNELS[name]` and
+Each test allocates `out` from `asyncsim.nd.ops.infer`, as the engine does, runs `KERNELS[name]` and
 compares with numpy. Sizes stay small; the kernels compile once per dtype (numba caches them on
 disk), so the first run of this file pays a few seconds of compilation.
 """
@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from asyncsim.ops import INPLACE, OPS, infer
-from realexec.kernels.cpu import KERNELS, set_blas_threads, warmup
+from asyncsim.nd.ops import INPLACE, OPS, infer
+from realexec.cpu.kernels import KERNELS, set_blas_threads, warmup
 
 DTYPES = st.sampled_from(["float32", "float64"])
 RTOL = {"float32": 1e-6, "float64": 1e-13}

@@ -5,8 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from asyncsim import Profile, predict
-from asyncsim.deps import DepTracker
-from asyncsim.profile import Cost
+from asyncsim.model.deps import DepTracker
+from asyncsim.model.profile import Cost
 
 # -- DepTracker, no time ------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The dependency rules of realexec.deps, as plain single-threaded unit tests (no threads).
+"""The dependency rules of realexec.engine.deps, as plain single-threaded unit tests (no threads).
 
 Each hazard case (RAW, WAR, WAW, many readers then a writer, a writer then many readers) is
 checked by pushing ops into `Deps`, completing some, and looking at which ops became ready. A
@@ -13,7 +13,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from realexec.deps import Deps, Failure, OpRecord, Var
+from realexec.engine.deps import Deps, Failure, OpRecord, Var
 
 
 def op(name, reads=(), writes=()):

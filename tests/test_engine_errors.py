@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import realexec
-from asyncsim.ops import ShapeError
+from asyncsim.nd.ops import ShapeError
 from realexec import OpError
-from realexec.kernels import cpu
+from realexec.cpu import kernels as cpu
 
 
 def broken_kernel(inputs, out, attrs):

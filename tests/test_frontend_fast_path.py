@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asyncsim import ops
-from asyncsim.frontend import ND
-from asyncsim.program import Op, Program
-from asyncsim.record import Recorder
+from asyncsim.nd import ops
+from asyncsim.nd.frontend import ND
+from asyncsim.nd.program import Op, Program
+from asyncsim.nd.record import Recorder
 
 shapes = st.lists(st.integers(0, 4), min_size=0, max_size=3).map(tuple)
 dtypes = st.sampled_from(ops.DTYPES)

@@ -1,7 +1,7 @@
-"""The GIL's hand-over to a sleeping thread: the model's rule (`asyncsim.host.Gil`: a released
+"""The GIL's hand-over to a sleeping thread: the model's rule (`asyncsim.model.host.Gil`: a released
 GIL goes to the sleeping waiter a scattered hand-over later, if still free) and the
 microbenchmarks that measure a hand-over and how much two threads overlap
-(`realexec.microbench_gil`)."""
+(`realexec.calibration.gil`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from asyncsim import Profile, predict
-from asyncsim.host import Gil
-from asyncsim.profile import Cost
-from realexec.microbench_gil import handover, overlap
+from asyncsim.model.host import Gil
+from asyncsim.model.profile import Cost
+from realexec.calibration.gil import handover, overlap
 
 
 def burst(nd, n=5):

@@ -7,9 +7,9 @@ import math
 import pytest
 
 from asyncsim import Profile, predict
-from asyncsim.profile import READBACK, Cost, ProfileError
-from realexec.calibrate_gpu import host_costs, with_gpu
-from realexec.kernels import gpu
+from asyncsim.model.profile import READBACK, Cost, ProfileError
+from realexec.calibration.gpu import host_costs, with_gpu
+from realexec.gpu import kernels as gpu
 
 pytestmark = pytest.mark.cudasim
 

@@ -1,4 +1,4 @@
-"""The GPU kernels, pools, copies and events of realexec.kernels.gpu, checked against numpy.
+"""The GPU kernels, pools, copies and events of realexec.gpu.kernels, checked against numpy.
 
 Runs under numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1, which tests/conftest.py sets before
 numba is imported) or on a real GPU; skipped when neither is usable. The simulator runs every
@@ -32,8 +32,9 @@ def _gpu_usable() -> bool:
 if not _gpu_usable():
     pytest.skip("needs NUMBA_ENABLE_CUDASIM=1 or a CUDA GPU", allow_module_level=True)
 
-from asyncsim import ops  # noqa: E402
-from realexec.kernels import gpu, gpu_matmul  # noqa: E402
+from asyncsim.nd import ops  # noqa: E402
+from realexec.gpu import kernels as gpu  # noqa: E402
+from realexec.gpu import matmul as gpu_matmul  # noqa: E402
 
 if not gpu.available():
     pytest.skip(gpu.device_error(0), allow_module_level=True)

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import realexec
-from realexec.kernels import gpu
+from realexec.gpu import kernels as gpu
 
 if not gpu.available():
     pytest.skip(gpu.device_error(0), allow_module_level=True)

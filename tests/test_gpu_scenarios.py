@@ -17,9 +17,9 @@ import pytest
 
 import asyncsim
 import realexec
-from asyncsim.program import Op
-from asyncsim.scenarios import get, names
-from realexec.kernels import gpu
+from asyncsim.lab.scenarios import get, names
+from asyncsim.nd.program import Op
+from realexec.gpu import kernels as gpu
 
 if not gpu.available():
     pytest.skip(gpu.device_error(0), allow_module_level=True)

@@ -2,8 +2,8 @@
 deferred buffer reuse, errors, and the message for a machine without a GPU.
 
 Under the simulator every stream is synchronous, so ordering is checked by watching which event
-waits and host synchronisations the engine asks for (spies on realexec.kernels.gpu.wait_event and
-realexec.gpu_vars.synchronize), not by timing.
+waits and host synchronisations the engine asks for (spies on realexec.gpu.kernels.wait_event and
+realexec.gpu.vars.synchronize), not by timing.
 """
 
 import gc
@@ -12,8 +12,11 @@ import numpy as np
 import pytest
 
 import realexec
-from realexec import OpError, gpu_device, gpu_vars
-from realexec.kernels import gpu, gpu_memory
+from realexec import OpError
+from realexec.gpu import device as gpu_device
+from realexec.gpu import kernels as gpu
+from realexec.gpu import memory as gpu_memory
+from realexec.gpu import vars as gpu_vars
 
 if not gpu.available():
     pytest.skip(gpu.device_error(0), allow_module_level=True)

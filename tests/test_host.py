@@ -1,6 +1,6 @@
-"""The host's contention in the model (asyncsim.host): waking idle workers, the GIL and its switch
-interval, releases, crowding of memory-bound kernels, cores shared with a spinning frontend, the
-blockers' own costs, and costs whose bytes outgrow a cache -- each off unless a profile asks."""
+"""The host's contention in the model (asyncsim.model.host): waking idle workers, the GIL and its
+switch interval, releases, crowding of memory-bound kernels, cores shared with a spinning frontend,
+the blockers' own costs, and costs whose bytes outgrow a cache -- each off unless a profile asks."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from asyncsim import Profile, predict, record, simulate
-from asyncsim.profile import Cost, ProfileError
+from asyncsim.model.profile import Cost, ProfileError
 
 
 def _exact(value):

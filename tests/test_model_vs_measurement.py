@@ -30,8 +30,8 @@ import pytest
 
 import asyncsim
 import realexec
-from asyncsim import scenarios
-from realexec.calibrate import BackgroundLoad, calibrate
+from asyncsim.lab import scenarios
+from realexec.calibration.calibrate import BackgroundLoad, calibrate
 
 TOTAL = 2.0  # a factor
 PEAK = 0.5  # relative

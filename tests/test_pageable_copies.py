@@ -7,7 +7,8 @@ and what realexec does) the copies hide behind the products.
 
 import pytest
 
-from asyncsim import Profile, scenarios, simulate
+from asyncsim import Profile, simulate
+from asyncsim.lab import scenarios
 
 REGION = "Run and copy in parallel."
 

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from matplotlib.collections import PolyCollection
 
-from asyncsim import plot
-from asyncsim.trace import Span, Trace
+from asyncsim.lab import plot
+from asyncsim.nd.trace import Span, Trace
 
 MIB = 2**20
 
@@ -162,7 +162,7 @@ def test_plot_leaves_pyplot_alone(tmp_path):
         "import sys\n"
         "sys.path.insert(0, 'tests')\n"
         "from test_plot import make_trace\n"
-        "from asyncsim import plot\n"
+        "from asyncsim.lab import plot\n"
         "t = make_trace()\n"
         f"plot.save(plot.side_by_side(t, t), {str(tmp_path / 'f')!r})\n"
         "plot.save(plot.memory([t, t], device=None), "

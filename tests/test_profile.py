@@ -7,7 +7,7 @@ import math
 import pytest
 
 from asyncsim import Profile, predict, record
-from asyncsim.profile import Cost, ProfileError
+from asyncsim.model.profile import Cost, ProfileError
 
 
 def _op(workload, index=-1):

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import realexec
-from realexec.kernels import cpu
-from realexec.memory import BufferCache, Pool, RssProbe, size_class
+from realexec.cpu import kernels as cpu
+from realexec.engine.memory import BufferCache, Pool, RssProbe, size_class
 
 MIB = 1 << 20
 

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 import realexec
-from asyncsim.frontend import ND
-from asyncsim.program import Sync
-from asyncsim.record import record
-from asyncsim.trace import Trace
-from realexec.engine import default_workers
+from asyncsim.nd.frontend import ND
+from asyncsim.nd.program import Sync
+from asyncsim.nd.record import record
+from asyncsim.nd.trace import Trace
+from realexec.engine.core import default_workers
 
 
 def d2l_loop(nd, n=4, shape=(64, 64), sync=True):

@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asyncsim.program import Free, Mark, Op, Sync
-from asyncsim.record import record
-from asyncsim.scenarios import SCENARIOS, Scenario, UnknownScenarioError, get, names
-from asyncsim.scenarios.async_compute import sync_vs_async_8_2
-from asyncsim.scenarios.memory import memory_barrier, memory_no_barrier
+from asyncsim.lab.scenarios import SCENARIOS, Scenario, UnknownScenarioError, get, names
+from asyncsim.lab.scenarios.async_compute import sync_vs_async_8_2
+from asyncsim.lab.scenarios.memory import memory_barrier, memory_no_barrier
+from asyncsim.nd.program import Free, Mark, Op, Sync
+from asyncsim.nd.record import record
 
 ALL = sorted(SCENARIOS)
 

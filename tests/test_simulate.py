@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asyncsim import Profile, Trace, analytic, predict, record, simulate
-from asyncsim.profile import Cost
+from asyncsim import Profile, Trace, predict, record, simulate
+from asyncsim.model import analytic
+from asyncsim.model.profile import Cost
 
 
 def loop(nd, n=10, shape=(4,), sync=False):

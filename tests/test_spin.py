@@ -1,5 +1,5 @@
-"""The GIL-free spin of a blocker (`realexec.spin.Progress`): it returns as soon as its condition
-holds once a worker has bumped the counter, gives up at its deadline, and never reports a
+"""The GIL-free spin of a blocker (`realexec.engine.spin.Progress`): it returns as soon as its
+condition holds once a worker has bumped the counter, gives up at its deadline, and never reports a
 condition that does not hold.
 """
 
@@ -9,7 +9,7 @@ import threading
 import time
 from time import perf_counter_ns
 
-from realexec.spin import Progress
+from realexec.engine.spin import Progress
 
 
 def test_spin_returns_when_a_worker_bumps_after_the_condition_holds():

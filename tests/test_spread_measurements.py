@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from realexec.calibration.microbench import _Bench, kernel_times
+from realexec.calibration.steady import busy, central
 from realexec.frontend import session
-from realexec.microbench import _Bench, kernel_times
-from realexec.steady import busy, central
 
 _samples = st.lists(st.floats(1e-7, 1.0, allow_nan=False), min_size=1, max_size=40)
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import realexec
-from realexec.deps import Deps, OpRecord, Var
+from realexec.engine.deps import Deps, OpRecord, Var
 
 
 def op(name, reads=(), writes=()):

@@ -10,9 +10,9 @@ import time
 import pytest
 import simpy
 
-from asyncsim.host import Gil
-from realexec.engine import Engine
-from realexec.microbench_host import wake
+from asyncsim.model.host import Gil
+from realexec.calibration.host import wake
+from realexec.engine.core import Engine
 
 
 def test_a_gil_release_says_whether_it_woke_a_sleeping_waiter():

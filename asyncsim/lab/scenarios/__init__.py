@@ -1,0 +1,73 @@
+"""The chapters' experiments and exercises as workloads, in one registry.
+
+`SCENARIOS` maps a name to a `Scenario` (see `base.py`): the workload function, its book-sized
+and quick parameters, the regions it declares, the devices it needs and the numbers the chapter
+printed. `get(name)` looks one up. Modules group the workloads by chapter:
+
+- `async_compute`: 12.2 / 8.2 (warm-up, dependencies, blockers, the sync-vs-async loop, ex. 4)
+- `memory`: 12.2.4 / 8.2.4 (memory with and without a per-batch blocker, ex. 2 and ex. 3)
+- `auto_parallel`: 8.3 (CPU and GPU together, compute and copy overlapped, its exercises)
+- `pytorch_async`: the PyTorch edition's page (GPU warm-up, dependency, 10000-step loop)
+- `compute_perf`: 8.1 (imperative MLP) and 8.4 (allreduce, split_and_load)
+
+Usage: `asyncsim.record(get('sync_vs_async').workload, **get('sync_vs_async').quick)`, or
+`get(name).record(quick=True)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from asyncsim.lab.scenarios import async_compute, auto_parallel, compute_perf, memory, pytorch_async
+from asyncsim.lab.scenarios.base import DEVICES, Scenario, UnknownScenarioError
+
+__all__ = ["DEVICES", "MEASURE", "SCENARIOS", "Scenario", "UnknownScenarioError", "get", "names"]
+
+
+# Sizes for real runs (`asyncsim compare`, `asyncsim figures`, benchmarks/accuracy.py) where the
+# book's would not do on a small machine: the 'numpy' part of the warm-ups is plain NumPy on the
+# frontend that a prediction cannot see; the book's 2000x2000 loop without a per-iteration blocker
+# holds up to 1000 live outputs (16 GB) and the memory experiment without one holds 4.8 GB:
+# the effect the chapter warns about, and far more than realexec's 1 GiB buffer cache keeps, so
+# every run would fault in fresh pages, a cost the model does not have.
+_NO_NUMPY = {"numpy_part": False}
+MEASURE = {
+    "warmup": _NO_NUMPY,
+    "torch_warmup": _NO_NUMPY,
+    "torch_warmup_cpu": _NO_NUMPY,
+    "sync_vs_async": {"n": 50},
+    "memory_no_barrier": {"batch_size": 128},
+    "memory_no_barrier_8_2": {"batch_size": 128},
+}
+
+
+def _collect() -> dict[str, Scenario]:
+    table: dict[str, Scenario] = {}
+    for module in (async_compute, memory, auto_parallel, pytorch_async, compute_perf):
+        for scenario in module.SCENARIOS:
+            if scenario.name in MEASURE:
+                scenario = replace(scenario, measure=MEASURE[scenario.name])
+            if scenario.name in table:
+                raise ValueError(f"scenario {scenario.name!r} is registered twice")
+            table[scenario.name] = scenario
+    return table
+
+
+SCENARIOS: dict[str, Scenario] = _collect()
+
+
+def names(devices: str | None = None) -> list[str]:
+    """Registered names in chapter order; with `devices`, only those runnable on that set."""
+    if devices is None:
+        return list(SCENARIOS)
+    have = DEVICES.index(devices)
+    return [n for n, s in SCENARIOS.items() if DEVICES.index(s.devices) <= have]
+
+
+def get(name: str) -> Scenario:
+    """The scenario called `name`, or an UnknownScenarioError that lists every name."""
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise UnknownScenarioError(
+            f"unknown scenario {name!r}; known scenarios: {', '.join(SCENARIOS)}") from None

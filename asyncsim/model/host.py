@@ -1,0 +1,354 @@
+"""The host's contention in the SimPy model: threads waking up, the GIL, cores, memory crowding.
+
+`asyncsim.simulate` uses a `Host` only when its Profile asks for one of these effects
+(`Profile.contended`); otherwise CPU workers hold their lane for exactly the op's cost, which is
+what the book's closed forms assume. With a Host:
+
+- wake-ups (`profile.dispatch`): a CPU worker with nothing to do sleeps. Each op queued wakes
+  one sleeper, which looks at the queue `dispatch` seconds later and takes the op at its head if
+  a busy worker has not taken it meanwhile (a worker that finishes an op takes the next one at
+  once, so a chain of ops stays on one worker).
+- waking (`profile.wake`): a thread that wakes a sleeping one pays for it: a push or a finished
+  op that hands an idle worker its op, and a worker whose GIL release (before its kernel)
+  signals a sleeping waiter -- holding the GIL meanwhile, as CPython signals under the GIL's
+  own mutex (the GIL free while the waker paid let the woken thread take it at nearly every op,
+  where the real engine hands it over at about one op in ten). On a virtual machine each is an
+  interrupt to another virtual CPU, several microseconds.
+- after each op (`profile.gil`, `profile.release`): the worker completes it in Python, holding
+  the GIL, for `gil` seconds, plus `release` for each buffer it was the last to use that the
+  frontend has dropped (the worker releases it then). It keeps the GIL into its next op, if one
+  is queued, and lets it go only when it finds none (blocked in the queue's get).
+- a blocked frontend (`profile.recheck`): while the frontend waits in a blocker (spinning or
+  asleep), the worker that finishes an op tests the blocker's condition, and signals it only when
+  it holds. Each op finished then costs its worker `recheck` more (measured whole, on a backlog
+  of small ops).
+- the GIL (`profile.gil` > 0), CPython's rules as far as they matter here. The frontend holds it
+  while it runs -- from its first issue until it blocks (a blocker, max_inflight) -- and checks
+  for a drop request before each issue or free. A CPU worker holds it for an op's latency (the
+  call into the kernel), drops it for the kernel's bytes and flops time (a nogil kernel), and
+  must take it again when the kernel returns, before the op is done (a worker whose kernel ends
+  while the frontend issues waits for the GIL, not the frontend for it). A thread asking for a
+  free GIL takes it at once, even if others wait; a release wakes the longest waiter, which
+  arrives a hand-over later (`profile.handover`: measured, ~40 us here; else `dispatch`;
+  scattered by half of it either way, as real wake-ups are) and takes it only if it is still
+  free (a frontend whose blocker ended while it still spun is awake: it takes a released GIL at
+  once). A thread that has waited `profile.switch` seconds without any other thread taking the
+  GIL meanwhile asks the holder to drop it, and that drop hands it over; otherwise it waits
+  another interval (CPython's take_gil). The thread that dropped it waits until the asker holds
+  it, then sleeps on the GIL like any waiter (a release must wake it: CPython 3.11's drop_gil
+  with FORCE_SWITCHING, then take_gil). So a worker whose kernels are shorter than a wake-up
+  keeps the GIL from the others (a convoy), and a busy frontend leaves workers a turn only
+  every switch interval.
+- cores, when `profile.cores` < workers + 1: the frontend occupies a core while it runs and
+  while its blocker spins (`profile.spin`), and gives it up when it falls asleep: the spin calls
+  sched_yield, but a woken worker does not get that core in practice (measured here: two
+  workers drained 17 us kernels no faster than one while the frontend spun in wait_all, and
+  1.6-1.75 times faster when it slept at once). A CPU worker occupies a core from starting an
+  op until it finds no next op. A worker starts an op only on a free core (first come, first
+  served); the frontend never waits for one.
+  This is a non-preemptive reading of the OS scheduler: right for ops shorter than its time
+  slice (ms), and it conserves the work done per core for longer ones.
+- crowding (a CPU cost with `crowd` > 0, memory-bound kernels): when such a kernel starts, each
+  other crowding kernel running at that moment stretches its bytes time by `crowd` (two cores
+  sharing one memory system; fixed at its start, which is exact for kernels that start together
+  and cheap to simulate). Compute-bound kernels (crowd 0) neither stretch nor count.
+NaiveEngine (`mode='sync'`) runs each op inside its issuing call: no wake-ups, no GIL contest;
+the call returns after the op's `gil` (its completion).
+
+Units: seconds, bytes per second. An op's span is its latency + bytes / bandwidth (stretched) +
+flops / peak, plus the wait for the GIL after its kernel; `gil` and the rest follow the span.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+
+from asyncsim.nd.trace import Span
+
+
+class WakeQueue:
+    """The CPU ready queue: ops in order, and the sleeping workers that a put wakes (one each);
+    `wakes` counts those wake-ups (the thread that put pays `profile.wake` for each)."""
+
+    def __init__(self):
+        self.items: deque = deque()
+        self.sleepers: deque = deque()
+        self.wakes = 0
+
+    def put(self, item) -> None:
+        self.items.append(item)
+        if self.sleepers:
+            self.wakes += 1
+            self.sleepers.popleft().succeed()
+
+
+class Gil:
+    """One lock with CPython's hand-over rules (see the module docstring)."""
+
+    def __init__(self, env, wake: float, switch: float, seed: int = 0):
+        self.env, self.wake, self.switch = env, wake, switch
+        self.holder = None
+        self.last = None  # the thread that held it last
+        self.switches = 0  # hand-overs to another thread so far (CPython's switch_number)
+        self.waiting: deque = deque()  # events of waiting threads, oldest first
+        self.drop = False  # a waiter has waited a switch interval
+        self.reserved = False  # a forced drop is handing the GIL to the oldest waiter
+        self.signalled = False  # a woken waiter is on its way
+        self.jitter = random.Random(seed)  # wake-ups scatter (see `_arrival`)
+
+    def take(self, who, awake: bool = False):
+        """None if `who` holds the GIL now (taken at once or held already), else the event of
+        its turn. A holder asked to drop it does so here and queues behind the asker. An `awake`
+        thread (one spinning in a blocker, not asleep) takes a released GIL without a wake-up."""
+        if self.holder == who:
+            if not (self.drop and self.waiting):
+                return None
+            self.release(who)
+            # forced to hand it over; once the asker holds it (FORCE_SWITCHING), it sleeps on the
+            # GIL like any waiter (take_gil), and a release must wake it
+        if self.holder is None and not self.reserved:
+            self._hold(who)
+            return None
+        event = self.env.event()
+        event.who, event.awake = who, awake
+        self.waiting.append(event)
+        self._arm(event)
+        return event
+
+    def signals(self, who) -> bool:
+        """Whether `release(who)` now would signal a sleeping waiter (see `release`)."""
+        if self.holder != who or not self.waiting or self.waiting[0].awake:
+            return False
+        return self.drop or not self.signalled
+
+    def release(self, who) -> bool:
+        """Let the GIL go; True if that signalled a sleeping waiter (a wake-up the releasing
+        thread pays for)."""
+        if self.holder != who:
+            return False
+        self.holder = None
+        if not self.waiting:
+            self.drop = False
+            return False
+        if self.waiting[0].awake:  # a spinning waiter is on the spot
+            self.drop = False
+            self._give()
+            return False
+        if self.drop:  # a forced switch: the asker gets it once it is awake
+            self.drop, self.reserved = False, True
+            self.env.timeout(self.wake).callbacks.append(self._handover)
+            return True
+        if not self.signalled:
+            self.signalled = True
+            self.env.timeout(self._arrival()).callbacks.append(self._arrive)
+            return True
+        return False
+
+    def _arrival(self) -> float:
+        """When a signalled waiter gets to look: a hand-over, scattered by half of it either way.
+        Real wake-ups scatter so, and it matters: a waiter finds the GIL free about as often
+        as the holder leaves it free (in its nogil kernels), where a fixed delay would always
+        land in the same phase of a holder's cycle (always free, or never). Seeded: a
+        prediction is repeatable."""
+        return self.wake * (0.5 + self.jitter.random())
+
+    def _arm(self, event) -> None:
+        seen = self.switches
+        self.env.timeout(self.switch).callbacks.append(lambda _: self._expired(event, seen))
+
+    def _expired(self, event, seen: int) -> None:
+        """A waiter's interval is over: if no other thread took the GIL meanwhile, it asks the
+        holder to drop it; either way it waits another interval (CPython's take_gil)."""
+        if event.triggered:
+            return
+        if self.switches == seen and self.holder is not None:
+            self.drop = True
+        self._arm(event)
+
+    def _handover(self, _) -> None:
+        self.reserved = False
+        self._give()
+
+    def _arrive(self, _) -> None:
+        self.signalled = False
+        if self.holder is None and not self.reserved and self.waiting:
+            self._give()
+
+    def _give(self) -> None:
+        event = self.waiting.popleft()
+        self._hold(event.who)
+        event.succeed()
+
+    def _hold(self, who) -> None:
+        self.holder = who
+        if who != self.last:
+            self.last = who
+            self.switches += 1
+
+
+class Cores:
+    """`count` cores. The frontend holds one from the start (and takes one back when it wakes,
+    even over the count); workers queue for one."""
+
+    def __init__(self, env, count: int):
+        self.env, self.count = env, count
+        self.used = 1
+        self.waiting: deque = deque()
+
+    def take(self):
+        """None when a core is taken now, else the event of its turn."""
+        if self.used < self.count:
+            self.used += 1
+            return None
+        event = self.env.event()
+        self.waiting.append(event)
+        return event
+
+    def give(self) -> None:
+        self.used -= 1
+        while self.waiting and self.used < self.count:
+            self.used += 1
+            self.waiting.popleft().succeed()
+
+
+class Host:
+    """The contention state of one simulation run (`model` is simulate's `_Model`)."""
+
+    def __init__(self, model, profile, mode: str):
+        self.model = model
+        self.env = env = model.env
+        self.sync = sync = mode == "sync"
+        self.dispatch = 0.0 if sync else profile.dispatch
+        self.wake = 0.0 if sync else profile.wake
+        self.hold = profile.gil
+        self.release = profile.release
+        handover = profile.handover or profile.dispatch
+        self.gil = Gil(env, handover, profile.switch) if profile.gil and not sync else None
+        self.crowding = 0  # crowding kernels running now
+        crowded = profile.cores < profile.workers + 1 and not sync
+        self.cores = Cores(env, profile.cores) if crowded else None
+        self.spin = profile.spin
+        self.waiting = False  # the frontend is blocked (and holds no core)
+        self.asleep = False  # ... and has stopped spinning
+        self.spinning = False  # the frontend's last wait ended before it fell asleep
+        self.recheck = 0.0 if sync else profile.recheck
+        self.blocked = None  # the event the frontend's blocker waits for, while it waits
+        self.parts: list[tuple[float, float, float, float]] = []  # position -> split cost
+        self.queue = WakeQueue()
+
+    def prepare(self, op, cost, link: bool) -> None:
+        """Split the op's lane cost: (latency with the GIL, bytes time, flops time (without the
+        GIL, and not stretched by crowding), crowd)."""
+        if link:
+            self.parts.append((cost.latency, cost.bytes_time(op.nbytes / 2), 0.0, 0.0))
+            return
+        by_bytes = cost.bytes_time(op.nbytes) if op.nbytes else 0.0
+        by_flops = op.flops / cost.peak if op.flops else 0.0
+        self.parts.append((cost.latency, by_bytes, by_flops, cost.crowd if by_bytes else 0.0))
+
+    # -- the frontend's waits -------------------------------------------------------------------
+    def frontend_waits(self, event) -> None:
+        """The frontend blocks until `event`: it spins for `spin` seconds, keeping its core,
+        then falls asleep and gives the core up."""
+        if event.triggered:
+            return
+        self.waiting = True
+        self.blocked = event
+        if self.spin:
+            self.env.timeout(self.spin).callbacks.append(lambda _: self._sleep(event))
+        else:
+            self._sleep(event)
+
+    def _sleep(self, event) -> None:
+        if not event.triggered:
+            self.asleep = True
+            if self.cores is not None:
+                self.cores.give()
+
+    def frontend_woke(self) -> None:
+        """The frontend's wait is over; `spinning` says it never fell asleep."""
+        self.blocked = None
+        if not self.waiting:
+            return
+        if self.cores is not None and self.asleep:
+            self.cores.used += 1  # back from sleep: its core again, even over the count
+        self.spinning = not self.asleep
+        self.waiting = self.asleep = False
+
+    def frontend_done(self) -> None:
+        if self.cores is not None and not self.waiting:
+            self.waiting = True
+            self.cores.give()
+
+    def frontend_blocked(self) -> bool:
+        """The frontend waits in a blocker: each op a worker finishes tests the blocker's
+        condition (see `recheck` in the module docstring)."""
+        blocked = self.blocked
+        return blocked is not None and not blocked.triggered
+
+    # -- workers --------------------------------------------------------------------------------
+    def worker(self, lane: str, queue, in_order: bool):
+        """A CPU worker's process: the simulator's `_worker` with the host's effects."""
+        model, env, items = self.model, self.env, self.queue.items
+        spans, ops, parts, finish = model.spans, model.ops, self.parts, model._finish
+        timeout, gil, hold, cores = env.timeout, self.gil, self.hold, self.cores
+        queue, core, sync = self.queue, False, self.sync
+        while True:
+            if not items:
+                if gil is not None:  # blocked in the queue's get: the GIL goes
+                    gil.release(lane)
+                if core:
+                    cores.give()
+                    core = False
+                while not items:  # asleep until a put wakes us; awake a wake-up later
+                    event = env.event()
+                    queue.sleepers.append(event)
+                    yield event
+                    if self.dispatch:
+                        yield timeout(self.dispatch)
+            if cores is not None and not core:
+                turn = cores.take()
+                if turn is not None:
+                    yield turn
+                core = True
+            if gil is not None:  # held already after the last op, unless asked to drop it
+                turn = gil.take(lane)
+                if turn is not None:
+                    yield turn
+            if not items:  # read with the GIL and on a core: another worker emptied it meanwhile
+                continue
+            position = items.popleft()
+            latency, by_bytes, by_flops, crowd = parts[position]
+            start = env.now
+            if latency:  # the call into the kernel, with the GIL
+                yield timeout(latency)
+            if gil is not None:
+                if self.wake and gil.signals(lane):
+                    # CPython signals the waiter inside the release, under the GIL's own mutex:
+                    # no thread can take the GIL until the signal is sent
+                    yield timeout(self.wake)
+                gil.release(lane)
+            if crowd:
+                stretch = 1.0 + crowd * self.crowding
+                self.crowding += 1
+                yield timeout(by_bytes * stretch + by_flops)
+                self.crowding -= 1
+            elif by_bytes or by_flops:
+                yield timeout(by_bytes + by_flops)
+            if gil is not None:  # the kernel returns into Python: the GIL again
+                turn = gil.take(lane)
+                if turn is not None:
+                    yield turn
+            op = ops[position]
+            spans.append(Span(lane, op.name, op.id, start, env.now, model.kinds[position]))
+            if sync and hold:  # NaiveEngine: the issuing call returns after the completion
+                yield timeout(hold)
+            wakes = queue.wakes
+            released = finish(position, op)
+            after = released * self.release + (0.0 if sync else hold)
+            after += (queue.wakes - wakes) * self.wake  # idle workers handed what it made ready
+            if self.recheck and self.frontend_blocked():
+                after += self.recheck  # a blocked frontend tests its condition meanwhile
+            if after:
+                yield timeout(after)

@@ -1,0 +1,196 @@
+"""The frontend process of the SimPy model (`asyncsim.simulate`): issuing ops and blocking.
+
+The frontend walks `program.instrs`, one SimPy generator:
+- an `Op` costs it its issue price (an "issue" span) and may start once that issue has ended and
+  its dependencies are met (`asyncsim.model.deps.DepTracker`: read-after-write, write-after-read,
+  write-after-write); its fresh output is reserved when the issue starts. With `max_inflight=k`
+  the frontend first waits for one of k slots. In `mode='sync'` (MXNet's NaiveEngine), and for a
+  `copyto` from a GPU into pageable host memory, it then waits for the op and pays t3 (a "wait"
+  span).
+- a blocker (`Sync`) waits until every pending write of its var has finished (`waitall`:
+  everything issued), then pays `profile.blocker(kind, nbytes, device, waited)`: t3, plus what a
+  "frontend:<kind>" cost adds for the bytes it hands back (asnumpy's copy, print's formatting);
+  on GPU data, `gpu_wait` if it waited and the "gpu->host" readback (see Profile). One "wait"
+  span covers both.
+- `Free` drops a handle (costing `profile.free`, an "issue" span, where the profile has it);
+  `Mark` opens or closes a benchmark region.
+
+Pricing: an op by `profile.rule` on its lane and `profile.issue_rule` on the frontend (t1 where
+it has no rule); a binary op whose operands differ in shape (`BINARY`, broadcasting) by the
+profile's "broadcast" costs where it has them. An op on a GPU costs the frontend
+`profile.gpu_issue` more, and the first op issued `profile.startup` more (a fresh engine: code
+and threads that never ran). Prices are cached per op name, devices and broadcasting.
+
+Assumptions: `FrontendProcess` is a mixin of `asyncsim.simulate._Model` and reads and updates the
+state that model's `__init__` creates (the per-position lists, the tracker, lanes, slots, the
+host) and its lane and memory methods (`_dispatch`, `_reserve`, `_release`). With a contended
+profile the frontend holds `asyncsim.model.host`'s GIL while it runs Python. Times are seconds of
+simulated time.
+"""
+
+from __future__ import annotations
+
+import simpy
+
+from asyncsim.model.profile import is_link_copy
+from asyncsim.nd.program import Free, Mark, Op, Sync
+from asyncsim.nd.trace import Span
+
+FRONTEND = "frontend"
+BINARY = frozenset({"add", "sub", "mul", "div"})  # the ops that broadcast their operands
+
+
+class FrontendProcess:
+    """The frontend's SimPy process and the pricing, pushing and waiting only it does."""
+
+    def _frontend(self):
+        env, spans, profile, gil, host = self.env, self.spans, self.profile, self.gil, self.host
+        timeout = env.timeout
+        for ins in self.program.instrs:
+            kind = type(ins)
+            if kind is Op:
+                if self.slots is not None:
+                    slot = self.slots.get(1)
+                    if not slot.triggered and host is not None:  # about to block
+                        if gil is not None:
+                            gil.release(FRONTEND)
+                        host.frontend_waits(slot)
+                    yield slot
+                    if host is not None:
+                        host.frontend_woke()
+                issue_cost, queue = self._prepare(ins)
+                if gil is not None:
+                    yield from self._take_gil()
+                start = env.now
+                if ins.fresh:
+                    self._reserve(ins.out)
+                yield timeout(issue_cost)
+                if host is None:
+                    position = self._push(ins, queue)
+                else:  # the push may wake an idle worker, which the frontend pays for
+                    wakes = host.queue.wakes
+                    position = self._push(ins, queue)
+                    if host.wake and host.queue.wakes > wakes:
+                        yield timeout(host.wake)
+                spans.append(Span("frontend", ins.name, ins.id, start, env.now, "issue"))
+                if self.sync_mode or (profile.pageable and ins.name == "copyto"
+                                      and ins.device == "cpu" and ins.attrs["src"] != "cpu"):
+                    start = env.now
+                    yield self.done_events.setdefault(position, env.event())
+                    yield timeout(profile.t3)
+                    spans.append(Span("frontend", ins.name, ins.id, start, env.now, "wait"))
+            elif kind is Sync:
+                if gil is not None:
+                    gil.release(FRONTEND)
+                start = env.now
+                event = self._wait_for(ins.var)
+                if event is not None:
+                    if host is not None:
+                        host.frontend_waits(event)
+                    yield event
+                    if host is not None:
+                        host.frontend_woke()
+                if ins.var is None:
+                    nbytes, device = 0, self.gpu_program
+                else:
+                    var = self.program.vars[ins.var]
+                    nbytes, device = var.nbytes, var.device
+                yield timeout(profile.blocker(ins.kind, nbytes, device, event is not None))
+                spans.append(Span("frontend", ins.kind, -1, start, env.now, "wait"))
+            elif kind is Free:
+                if profile.free:
+                    if gil is not None:
+                        yield from self._take_gil()
+                    start = env.now
+                    yield timeout(profile.free)
+                    spans.append(Span("frontend", "free", -1, start, env.now, "issue"))
+                if ins.var in self.touching:
+                    self.freed.add(ins.var)
+                else:
+                    self._release(ins.var)
+            elif kind is Mark:
+                if ins.begin:
+                    self.open_marks.setdefault(ins.label, []).append(env.now)
+                elif self.open_marks.get(ins.label):
+                    self.marks.append((ins.label, self.open_marks[ins.label].pop(), env.now))
+        if gil is not None:
+            gil.release(FRONTEND)
+        if host is not None:
+            host.frontend_done()
+
+    def _take_gil(self):
+        """The frontend takes the GIL before running Python (only when the profile models it)."""
+        held = self.gil.take(FRONTEND, self.host.spinning)
+        self.host.spinning = False
+        if held is not None:
+            yield held
+
+    def _prepare(self, op: Op) -> tuple[float, simpy.Store]:
+        """Price `op` and pick its lane queue (cached per op name and devices); return its issue
+        cost and that queue."""
+        broadcast = op.name in BINARY and self._broadcast(op)
+        key = (op.name, op.device, op.attrs.get("src"), broadcast)
+        rule = self.rules.get(key)
+        if rule is None:
+            rule = self.rules[key] = self._rule(op, broadcast)
+        issue_cost, lane_cost, link, queue = rule
+        self.ops.append(op)
+        if link:
+            self.durations.append(lane_cost.time(op.nbytes / 2, 0.0))
+        else:
+            self.durations.append(lane_cost.time(op.nbytes, op.flops))
+        self.kinds.append("copy" if link else "exec")
+        self.in_order.append(queue is not self.pool)
+        if self.host is not None:
+            self.host.prepare(op, lane_cost, link)
+        cost = self.profile.t1 if issue_cost is None else issue_cost.time(op.nbytes, op.flops)
+        if op.device != "cpu":
+            cost += self.profile.gpu_issue
+        if len(self.ops) == 1:  # the first push into a fresh engine
+            cost += self.profile.startup
+        return cost, queue
+
+    def _broadcast(self, op: Op) -> bool:
+        """Whether the operands of a binary op differ in shape (numpy's broadcasting)."""
+        shapes = {self.program.vars[var].shape for var in op.reads}
+        return len(shapes) > 1 or self.program.vars[op.out].shape not in shapes
+
+    def _rule(self, op: Op, broadcast: bool) -> tuple:
+        link = is_link_copy(op)
+        _, lane_cost = self.profile.rule(op, broadcast)
+        if op.device == "cpu" and not link:
+            queue = self.pool
+        elif link and op.device == "cpu" and self.profile.pageable:
+            queue = self.streams[op.attrs["src"], "compute"]  # serialised with compute
+        elif link:  # the GPU end of the copy owns the copy engine (the destination for gpu->gpu)
+            gpu = op.device if op.device != "cpu" else op.attrs["src"]
+            queue = self.streams[gpu, "copy"]
+        else:
+            queue = self.streams[op.device, "compute"]
+        return self.profile.issue_rule(op, broadcast), lane_cost, link, queue
+
+    def _push(self, op: Op, queue: simpy.Store) -> int:
+        position = len(self.ops) - 1
+        self.inflight += 1
+        touching = self.touching
+        for var in op.reads:
+            touching[var] = touching.get(var, 0) + 1
+        touching[op.out] = touching.get(op.out, 0) + 1
+        if self.in_order[position]:
+            queue.put(position)
+        if self.tracker.push(position, op.reads, (op.out,)):
+            self._dispatch(position)
+        return position
+
+    def _wait_for(self, var):
+        """The event a blocker on `var` (None: waitall) waits for, or None if nothing is pending."""
+        if var is None:
+            if not self.inflight:
+                return None
+            if self.idle_event is None:
+                self.idle_event = self.env.event()
+            return self.idle_event
+        last = self.tracker.last_write(var)
+        if last is None:
+            return None
+        return self.done_events.setdefault(last, self.env.event())

@@ -1,0 +1,304 @@
+"""Profile: what each step of a program costs on one machine -- the contract between calibration
+(`realexec.calibrate`, or the chapters' own tables) and simulation (`asyncsim.simulate`).
+
+A Profile says
+- `t1`: the frontend's cost to issue one op (seconds), unless a "frontend:" cost below overrides it
+  for that op or group; `t3`: what a blocker costs the frontend to return once its wait is over;
+- `workers` CPU worker lanes (MXNet's MXNET_CPU_WORKER_NTHREADS), `cores`, `gpus` (each GPU has a
+  compute stream and a copy engine lane);
+- `costs`: `Cost`s keyed "DEVICE:NAME" where DEVICE is "cpu", "gpu" or "frontend" and NAME is an op
+  name from `asyncsim.nd.ops`, an op group (create, elementwise, reduce, dot, copy) or "*" (a
+  fallback, not for "frontend", whose fallback is t1). An op is priced by name, then group, then
+  "*"; a binary op whose operands' shapes differ (broadcasting: another path through the frontend
+  and the kernel) by "DEVICE:broadcast" before those, where the profile has one;
+- `links`: the copy cost of `copyto` between devices, keyed "cpu->gpu", "gpu->cpu", "gpu->gpu",
+  and optionally "gpu->host": a blocker's copy of a GPU array into fresh (pageable) host memory
+  (asnumpy, item, print of GPU data; without it such a blocker is priced as on the CPU);
+- the GPU's host side (0 by default): `gpu_issue`, what issuing an op on a GPU adds to the
+  frontend's cost of it (a device buffer, the stream bookkeeping); `gpu_wait`, what a blocker
+  that waited for GPU work adds (the lane thread handing the op back, an event's synchronize);
+  `gpu_settle`, what a waitall adds in a program that uses a GPU (every stream synchronised);
+- `free`: frontend seconds to drop a buffer's last handle; `meta`: where the numbers came from;
+- "frontend:<blocker>" costs (asnumpy, print, item, wait_to_read, waitall): what a blocker adds to
+  t3 on the frontend, priced on the bytes of the array it returns (a copy, formatting);
+- a Cost may also price outgrown caches (`cache`, `spill`, `cache2`, `spill2`) and how much
+  kernels running beside it slow it (`crowd`; `asyncsim.model.cost` has the details);
+- the host's contention, each off at its default (so the closed forms hold exactly): `dispatch`,
+  the seconds a sleeping thread takes to wake up (an idle CPU worker handed an op, a thread handed
+  the GIL); `wake`, what waking a sleeping thread costs the thread that wakes it (a push or a
+  finished op handing an idle worker its op, a GIL release to a sleeping waiter: a system call,
+  on a virtual machine an interrupt to another virtual CPU); `gil`, Python seconds a CPU worker
+  spends per op outside its kernel, holding the GIL (while the GIL is modelled, the running
+  frontend and each op's latency hold it too); `release`, what a worker adds (holding the GIL)
+  when an op it finishes frees a dropped buffer; `recheck`, what a worker adds per op while the
+  frontend sleeps in a blocker waiting for it (it tests the blocker's condition); `startup`,
+  what the first op of a fresh engine adds to the frontend (code and threads that never ran:
+  cold caches, first wake-ups); `handover`, the seconds a thread asleep on the GIL takes to run
+  once the GIL is let go (0: `dispatch`, as a queue's wake-up): the woken thread takes the GIL
+  then only if it is still free; `switch`, CPython's switch interval
+  (`sys.getswitchinterval()`): how long a thread waits for the GIL before the holder must hand
+  it over; `spin`, how long a blocker spins before it sleeps (a frontend whose wait
+  ends within it is awake and takes a released GIL at once); `cores`, which matters when fewer
+  than workers + 1. `asyncsim.model.host` has the rules.
+
+A Cost (`asyncsim.model.cost`, with the cost keys' checks) is `latency + nbytes / bandwidth +
+flops / peak` seconds. Units: seconds, bytes, bytes per second, flops per second. JSON files hold
+the same fields; `load` rejects an unknown key, a negative cost or a non-number with one line
+naming it and what is accepted.
+
+The built-in presets: "ideal" (every op costs exactly t2 on any lane, the book's t1/t2/t3 model),
+"book" and "book-zh" (from the chapters' reported times; see `asyncsim.model.book`).
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from asyncsim.model.cost import (
+    BROADCAST,
+    COST_FIELDS,
+    LINKS,
+    READBACK,
+    Cost,
+    ProfileError,
+    _cost,
+    _from_text,
+    _number,
+    _table,
+    check_key,
+    device_kind,
+    is_link_copy,
+)
+from asyncsim.nd.ops import OPS
+
+_SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int, "gpus": int,
+            "free": float, "dispatch": float, "wake": float, "gil": float, "release": float,
+            "switch": float, "spin": float, "recheck": float, "startup": float,
+            "handover": float, "gpu_issue": float, "gpu_wait": float, "gpu_settle": float,
+            "pageable": int}
+_MINIMUM = {"workers": 1, "cores": 1, "gpus": 0}
+
+
+@dataclass
+class Profile:
+    name: str
+    t1: float
+    t3: float
+    workers: int = 1
+    cores: int = 2
+    gpus: int = 0
+    costs: dict[str, Cost] = field(default_factory=dict)
+    links: dict[str, Cost] = field(default_factory=dict)
+    free: float = 0.0
+    dispatch: float = 0.0
+    wake: float = 0.0
+    gil: float = 0.0
+    release: float = 0.0
+    switch: float = 5e-3
+    spin: float = 0.0
+    recheck: float = 0.0
+    startup: float = 0.0
+    handover: float = 0.0
+    gpu_issue: float = 0.0
+    gpu_wait: float = 0.0
+    gpu_settle: float = 0.0
+    # 1: gpu->cpu copies land in pageable host memory, as a plain `.to('cpu')` or `.numpy()` in
+    # PyTorch/TensorFlow does: the copy runs on the compute stream and the frontend waits for it,
+    # so it cannot overlap compute (the book's 3.13 s against 0.12 + 2.16 s). 0: pinned buffers
+    # and a copy engine, as realexec does and MXNet's copyto did.
+    pageable: int = 0
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        _check(self)
+
+    # -- pricing ---------------------------------------------------------------------------
+    def rule(self, op, broadcast: bool = False) -> tuple[str, Cost]:
+        """The key that prices `op` on its lane and its Cost (a link for cross-device copies).
+        A `broadcast` op (operands of different shapes) is priced by "DEVICE:broadcast" first."""
+        if is_link_copy(op):
+            key = f"{device_kind(op.attrs['src'])}->{device_kind(op.attrs['dst'])}"
+            if key not in self.links:
+                raise ProfileError(f"profile {self.name!r} has no link {key!r} for {op.name} "
+                                   f"(it has: {', '.join(self.links) or 'none'})")
+            return key, self.links[key]
+        kind = device_kind(op.device)
+        keys = (f"{kind}:{op.name}", f"{kind}:{OPS[op.name].group}", f"{kind}:*")
+        for key in (f"{kind}:{BROADCAST}", *keys) if broadcast else keys:
+            if key in self.costs:
+                return key, self.costs[key]
+        raise ProfileError(f"profile {self.name!r} has no cost for {op.name} on {kind} "
+                           f"(add {kind}:{op.name}, {kind}:{OPS[op.name].group} or {kind}:*)")
+
+    def cost(self, op, broadcast: bool = False) -> float:
+        """Seconds `op` holds its lane."""
+        key, cost = self.rule(op, broadcast)
+        if "->" in key:  # op.nbytes counts the array twice (read and written); a link moves it once
+            return cost.time(op.nbytes / 2, 0.0)
+        return cost.time(op.nbytes, op.flops)
+
+    def issue_rule(self, op, broadcast: bool = False) -> Cost | None:
+        """The "frontend:" Cost that prices issuing `op`, or None when t1 does."""
+        keys = (f"frontend:{op.name}", f"frontend:{OPS[op.name].group}")
+        for key in (f"frontend:{BROADCAST}", *keys) if broadcast else keys:
+            if key in self.costs:
+                return self.costs[key]
+        return None
+
+    def issue(self, op, broadcast: bool = False) -> float:
+        """Seconds the frontend spends issuing `op`: a "frontend:" cost if one matches, else t1;
+        plus `gpu_issue` for an op on a GPU."""
+        cost = self.issue_rule(op, broadcast)
+        seconds = self.t1 if cost is None else cost.time(op.nbytes, op.flops)
+        return seconds + (self.gpu_issue if device_kind(op.device) == "gpu" else 0.0)
+
+    def blocker(self, kind: str, nbytes: int = 0, device: str = "cpu",
+                waited: bool = False) -> float:
+        """Seconds a blocker of `kind` costs the frontend once its wait is over: t3, plus its
+        "frontend:<kind>" cost on the `nbytes` it returns when there is one. On GPU data
+        (`device`; for waitall, a program with GPU work): plus `gpu_wait` if it `waited`, and a
+        copy of the data by the "gpu->host" link, where there is one, instead of the frontend's
+        own copy (print still formats); a waitall also pays `gpu_settle`."""
+        cost = self.costs.get(f"frontend:{kind}")
+        extra = 0.0 if cost is None else cost.time(nbytes, 0.0)
+        if device_kind(device) != "gpu":
+            return self.t3 + extra
+        readback = self.links.get(READBACK)
+        if readback is not None and kind in ("asnumpy", "item", "print"):
+            extra = readback.time(nbytes, 0.0) + (extra if kind == "print" else 0.0)
+        settle = self.gpu_settle if kind == "waitall" else 0.0
+        return self.t3 + extra + settle + (self.gpu_wait if waited else 0.0)
+
+    @property
+    def contended(self) -> bool:
+        """Whether any host contention (wake-ups, the GIL, releases, re-checks, crowding) is
+        modelled."""
+        crowded = any(cost.crowd for key, cost in self.costs.items() if key.startswith("cpu:"))
+        return bool(self.dispatch or self.wake or self.gil or self.release or self.recheck
+                    or crowded)
+
+    # -- variants --------------------------------------------------------------------------
+    def replace(self, **kv) -> Profile:
+        """A copy with some values changed: t1=..., workers=..., or cost fields by dotted key,
+        e.g. replace(**{"cpu:add_scalar.latency": 1e-3, "gpu->cpu.bandwidth": 12e9}).
+        Values may be strings (from `--set key=value`)."""
+        doc = self.to_dict()
+        for key, value in kv.items():
+            value = value if key == "name" else _from_text(value)
+            if key in _SCALARS:
+                doc[key] = value
+                continue
+            table_key, dot, attr = key.rpartition(".")
+            if not dot:
+                raise ProfileError(f"unknown setting {key!r}: use one of {', '.join(_SCALARS)}, "
+                                   f"or DEVICE:NAME.FIELD / LINK.FIELD with FIELD one of "
+                                   f"{', '.join(COST_FIELDS)}")
+            table = "links" if "->" in table_key else "costs"
+            doc[table].setdefault(table_key, {})[attr] = value
+        return Profile.from_dict(doc, source=f"replace({', '.join(kv)})")
+
+    # -- presets ---------------------------------------------------------------------------
+    @classmethod
+    def ideal(cls, t1=10e-6, t2=1e-3, t3=20e-6, workers=1, gpus=1) -> Profile:
+        """Constant costs: issue t1, every op (and every copy) exactly t2 on any lane, return t3."""
+        each = Cost(latency=t2)
+        return cls(name="ideal", t1=t1, t3=t3, workers=workers, gpus=gpus,
+                   costs={"cpu:*": each, "gpu:*": _copy.copy(each)},
+                   links={k: _copy.copy(each) for k in LINKS},
+                   meta={"source": "constant costs", "t2": t2})
+
+    @classmethod
+    def book(cls) -> Profile:
+        """The chapters' own machines, from their reported times (derivations in
+        asyncsim.model.book)."""
+        from asyncsim.model import book
+
+        return book.book()
+
+    @classmethod
+    def preset(cls, name: str) -> Profile:
+        """A built-in profile by name: 'ideal', 'book' or 'book-zh'."""
+        from asyncsim.model import book
+        presets = {"ideal": cls.ideal, "book": book.book, "book-zh": book.book_zh}
+        if name not in presets:
+            raise ProfileError(f"unknown profile preset {name!r}; presets: {', '.join(presets)} "
+                               f"(or a JSON file saved by Profile.save)")
+        return presets[name]()
+
+    # -- files -----------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        """Plain JSON-able values; a Cost field left at its default is omitted (no Infinity)."""
+        def plain(cost: Cost) -> dict:
+            return {k: v for k, v in asdict(cost).items() if v != getattr(Cost(), k)}
+        doc = {k: getattr(self, k) for k in _SCALARS}
+        doc["costs"] = {k: plain(c) for k, c in self.costs.items()}
+        doc["links"] = {k: plain(c) for k, c in self.links.items()}
+        doc["meta"] = _copy.deepcopy(self.meta)
+        return doc
+
+    @classmethod
+    def from_dict(cls, doc: dict, source: str = "profile") -> Profile:
+        """Build and validate; every problem is one ProfileError line that names the key."""
+        if not isinstance(doc, dict):
+            raise ProfileError(f"{source}: expected a JSON object, got {type(doc).__name__}")
+        accepted = [*_SCALARS, "costs", "links", "meta"]
+        for key in doc:
+            if key not in accepted:
+                raise ProfileError(f"{source}: unknown key {key!r}; "
+                                   f"accepted: {', '.join(accepted)}")
+        for key in ("name", "t1", "t3"):
+            if key not in doc:
+                raise ProfileError(f"{source}: missing key {key!r}")
+        values = {k: _scalar(k, doc[k], source) for k in _SCALARS if k in doc}
+        costs = {k: _cost(k, v, "costs", source) for k, v in _table(doc, "costs", source).items()}
+        links = {k: _cost(k, v, "links", source) for k, v in _table(doc, "links", source).items()}
+        meta = doc.get("meta", {})
+        if not isinstance(meta, dict):
+            raise ProfileError(f"{source}: meta must be an object, got {type(meta).__name__}")
+        return cls(**values, costs=costs, links=links, meta=meta)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Profile:
+        try:
+            doc = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as exc:
+            raise ProfileError(f"{path}: not valid JSON ({exc})") from None
+        return cls.from_dict(doc, source=str(path))
+
+
+# -- validation -------------------------------------------------------------------------------
+def _scalar(key: str, value, source: str):
+    kind = _SCALARS[key]
+    if kind is str:
+        if not isinstance(value, str) or not value:
+            raise ProfileError(f"{source}: name = {value!r} must be a non-empty string")
+        return value
+    number = _number(key, value, source, minimum=_MINIMUM.get(key, 0.0))
+    if kind is int:
+        if number != int(number) or math.isinf(number):
+            raise ProfileError(f"{source}: {key} = {value!r} must be a whole number")
+        return int(number)
+    if math.isinf(number):
+        raise ProfileError(f"{source}: {key} = {value!r} must be finite")
+    return number
+
+
+def _check(profile: Profile) -> None:
+    """Validate a Profile built directly (the same rules as a loaded file)."""
+    for key in _SCALARS:
+        _scalar(key, getattr(profile, key), "profile")
+    for table in ("costs", "links"):
+        entries = getattr(profile, table)
+        for key, cost in entries.items():
+            entries[key] = _cost(key, cost, table, "profile")
+
+
+__all__ = ["COST_FIELDS", "Cost", "LINKS", "READBACK", "Profile", "ProfileError", "check_key",
+           "device_kind", "is_link_copy"]

@@ -1,0 +1,242 @@
+"""The SimPy model: replay a recorded Program on a Profile and predict its Trace.
+
+Processes (plain SimPy generators):
+- the frontend (`asyncsim.model.issue`) walks `program.instrs`: it issues ops (an "issue" span
+  each), blocks in `Sync`s (a "wait" span: the wait, then t3 and more), drops handles and marks
+  benchmark regions. An op may start once its issue has ended and its dependencies are met
+  (`asyncsim.model.deps.DepTracker`).
+- CPU workers "cpu/w0".."cpu/w{W-1}" share one ready queue (a `simpy.Store`): a ready CPU op takes
+  any free worker, in the order ops became ready.
+- each GPU i has two in-order lanes (CUDA streams): "gpu{i}/compute" and "gpu{i}/copy". Their
+  queues take ops in issue order; the lane waits for the head op's dependencies, then runs it.
+  `copyto` between devices runs on the GPU's copy lane (kind "copy", priced by `profile.links`).
+
+`mode='sync'` is MXNet's NaiveEngine: each op runs to completion inside its issuing call, then the
+frontend pays t3 (a blocker after every op). `max_inflight=k` makes the frontend wait (a
+`simpy.Container` of k slots) before issuing while k issued ops are unfinished.
+
+Memory: an op's fresh output is reserved on its device when the op's issue starts; it is released
+once the frontend has freed the var and every op reading or writing it has finished. Each change
+adds a sample (t, device, live_bytes). Times are seconds of simulated time from 0.
+
+Pricing and blocker costs are the frontend's (see `asyncsim.model.issue`).
+
+The host (`asyncsim.model.host`, only when the profile asks for it, so `Profile.ideal` keeps the
+closed forms exact): idle CPU workers take `profile.dispatch` to wake up, and the thread that wakes
+one pays `profile.wake`, CPython's GIL (the frontend
+holds it while it runs; a worker for an op's latency, again when its kernel returns, and for
+`gil` after the op; hand-overs cost a wake-up, a waiter forces one after `profile.switch`),
+buffers released by the worker that finishes their last op (`profile.release`), a frontend
+waiting in a blocker whose condition each finished op tests (`profile.recheck`), cores shared
+with a frontend that spins in its blockers, and memory-bound kernels crowding each other
+(`Cost.crowd`).
+
+Not modelled: an op's own threads (its cost is taken to include whatever threads it uses; the
+calibrated costs are measured with the workers and BLAS threads of the run), the first touch of
+fresh memory (page faults), caches that a kernel leaves cold for the Python work after it,
+wake-ups that take longer the longer a thread slept, Python's garbage collector, memory
+capacity limits, and errors raised inside ops.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import simpy
+
+from asyncsim.model import host
+from asyncsim.model.deps import DepTracker
+from asyncsim.model.issue import BINARY, FRONTEND, FrontendProcess
+from asyncsim.model.profile import Profile, ProfileError, device_kind
+from asyncsim.nd.program import Op, Program
+from asyncsim.nd.record import check_workload, record
+from asyncsim.nd.trace import Span, Trace
+
+__all__ = ["BINARY", "FRONTEND", "MODES", "predict", "simulate"]
+
+MODES = ("async", "sync")
+
+
+class _Queue(simpy.Store):
+    """A SimPy Store whose items are a deque: a backlog of a million ops stays O(1) per get."""
+
+    def __init__(self, env: simpy.Environment):
+        super().__init__(env)
+        self.items = deque()
+
+    def _do_get(self, event) -> None:
+        if self.items:
+            event.succeed(self.items.popleft())
+
+
+class _Model(FrontendProcess):
+    """One simulation run: the shared state that the processes (the lanes below, the frontend in
+    `asyncsim.model.issue`) read and update."""
+
+    def __init__(self, program: Program, profile: Profile, mode: str, max_inflight: int | None):
+        self.program, self.profile, self.sync_mode = program, profile, mode == "sync"
+        self.env = env = simpy.Environment()
+        self.tracker = DepTracker()
+        self.ops: list[Op] = []  # position in issue order -> op
+        self.durations: list[float] = []  # position -> seconds on its lane
+        self.kinds: list[str] = []  # position -> "exec" or "copy"
+        self.in_order: list[bool] = []  # position -> whether its lane is an in-order stream
+        self.rules: dict = {}  # (op name, device, source device) -> pricing and lane
+        self.done_events: dict = {}  # position -> Event a blocker waits on
+        self.stream_ready: set = set()  # stream ops whose dependencies are met
+        self.stream_waits: dict = {}  # position -> Event its stream waits on
+        self.inflight = 0
+        self.idle_event = None  # Event a waitall waits on
+        # a waitall of a program that runs anything on a GPU also waits for the devices
+        self.gpu_program = "gpu" if any(d != "cpu" for d in program.devices) else "cpu"
+        self.slots = simpy.Container(env, max_inflight, init=max_inflight) if max_inflight else None
+        self.touching: dict = {}  # var -> count of unfinished ops that read or write it
+        self.freed: set = set()  # vars dropped by the frontend but still touched
+        self.reserved: dict = {}  # var -> (device, bytes) while its bytes are live
+        self.live = {device: 0 for device in program.devices}
+        self.memory = [(0.0, device, 0) for device in program.devices]
+        self.spans: list[Span] = []
+        self.marks: list = []
+        self.open_marks: dict = {}
+        self.host = host.Host(self, profile, mode) if profile.contended else None
+        self.gil = self.host.gil if self.host else None
+        self.pool = self.host.queue if self.host else _Queue(env)
+        for k in range(profile.workers):
+            worker = self.host.worker if self.host else self._worker
+            env.process(worker(f"cpu/w{k}", self.pool, False))
+        self.streams = {}
+        for i in range(profile.gpus):
+            for part in ("compute", "copy"):
+                self.streams[f"gpu{i}", part] = store = _Queue(env)
+                env.process(self._worker(f"gpu{i}/{part}", store, True))
+        env.process(self._frontend())
+
+    # -- lanes --------------------------------------------------------------------------------
+    def _dispatch(self, position: int) -> None:
+        """`position` has its dependencies met: queue it, or wake the stream waiting for it."""
+        if not self.in_order[position]:
+            self.pool.put(position)
+            return
+        event = self.stream_waits.pop(position, None)
+        if event is None:
+            self.stream_ready.add(position)
+        else:
+            event.succeed()
+
+    def _worker(self, lane: str, queue: simpy.Store, in_order: bool):
+        env, spans, ops = self.env, self.spans, self.ops
+        durations, kinds = self.durations, self.kinds
+        get, timeout, finish = queue.get, env.timeout, self._finish
+        ready, waits = self.stream_ready, self.stream_waits
+        while True:
+            position = yield get()
+            if in_order:
+                if position in ready:
+                    ready.remove(position)
+                else:
+                    waits[position] = event = env.event()
+                    yield event
+            start = env.now
+            yield timeout(durations[position])
+            op = ops[position]
+            spans.append(Span(lane, op.name, op.id, start, env.now, kinds[position]))
+            finish(position, op)
+
+    def _finish(self, position: int, op: Op) -> int:
+        """Complete `position`: dispatch what it made ready, release what it was the last to
+        touch. Returns how many buffers it released."""
+        for other in self.tracker.complete(position):
+            self._dispatch(other)
+        touching = self.touching
+        released = 0
+        for var in (*op.reads, op.out):
+            left = touching[var] - 1
+            if left:
+                touching[var] = left
+            else:
+                del touching[var]
+                if var in self.freed:
+                    self.freed.remove(var)
+                    self._release(var)
+                    released += 1
+        event = self.done_events.pop(position, None)
+        if event is not None:
+            event.succeed()
+        self.inflight -= 1
+        if not self.inflight and self.idle_event is not None:
+            self.idle_event.succeed()
+            self.idle_event = None
+        if self.slots is not None:
+            self.slots.put(1)
+        return released
+
+    # -- memory ---------------------------------------------------------------------------------
+    def _reserve(self, var: int) -> None:
+        info = self.program.vars[var]
+        self.reserved[var] = (info.device, info.nbytes)
+        self.live[info.device] += info.nbytes
+        self.memory.append((self.env.now, info.device, self.live[info.device]))
+
+    def _release(self, var: int) -> None:
+        device, nbytes = self.reserved.pop(var, (None, 0))
+        self.tracker.forget(var)
+        if device is not None:
+            self.live[device] -= nbytes
+            self.memory.append((self.env.now, device, self.live[device]))
+
+
+def _check_devices(program: Program, profile: Profile) -> None:
+    for device in program.devices:
+        if device == "cpu":
+            continue
+        number = device[3:]
+        if device_kind(device) != "gpu" or not number.isdigit():
+            raise ValueError(f"program {program.name!r} uses unknown device {device!r}; "
+                             f"devices are 'cpu' and 'gpuN'")
+        if int(number) >= profile.gpus:
+            names = ", ".join(f"gpu{i}" for i in range(profile.gpus))
+            has = f"{profile.gpus} GPU{'s' if profile.gpus > 1 else ''} ({names})"
+            has = has if profile.gpus else "no GPU"
+            raise ValueError(f"program {program.name!r} uses {device} but profile "
+                             f"{profile.name!r} has {has}; use a profile with more GPUs "
+                             f"(--set gpus={int(number) + 1})")
+
+
+def _as_profile(profile) -> Profile:
+    if isinstance(profile, Profile):
+        return profile
+    if isinstance(profile, str):
+        return Profile.preset(profile)
+    raise ProfileError(f"expected a Profile or a preset name, got {type(profile).__name__}")
+
+
+def simulate(program: Program, profile: Profile | str, mode: str = "async",
+             max_inflight: int | None = None) -> Trace:
+    """Predict the Trace of `program` on `profile` (a Profile or a preset name)."""
+    profile = _as_profile(profile)
+    if not isinstance(program, Program):
+        raise TypeError(f"simulate takes a Program (from asyncsim.record), "
+                        f"got {type(program).__name__}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if max_inflight is not None and (not isinstance(max_inflight, int) or max_inflight < 1):
+        raise ValueError(f"max_inflight must be a positive int or None, got {max_inflight!r}")
+    _check_devices(program, profile)
+    model = _Model(program, profile, mode, max_inflight)
+    model.env.run()
+    if model.inflight:
+        raise RuntimeError(f"simulation of {program.name!r} stalled with {model.inflight} "
+                           f"unfinished ops (a dependency cycle?)")
+    meta = {"source": "predicted", "workload": program.name, "profile": profile.name,
+            "mode": mode, "max_inflight": max_inflight, "params": dict(program.params),
+            "workers": profile.workers, "gpus": profile.gpus}
+    return Trace(spans=model.spans, memory=model.memory, marks=model.marks, meta=meta)
+
+
+def predict(workload, profile: Profile | str, mode: str = "async",
+            max_inflight: int | None = None, device: str = "cpu", **params) -> Trace:
+    """Record `workload(nd, **params)` and simulate it: the two steps in one. `device` is where
+    arrays made without a ctx live ("cpu" or "gpu", as in `realexec.run`)."""
+    check_workload(workload)
+    return simulate(record(workload, device=device, **params), profile, mode=mode,
+                    max_inflight=max_inflight)

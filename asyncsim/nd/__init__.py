@@ -1,0 +1,4 @@
+"""The `nd` vocabulary both halves share: the op table (`ops`), the `nd` surface workloads are
+written against (`frontend`), the Program IR (`program`), recording without data (`record`),
+autograd, and the Trace both halves produce (`trace`). Nothing here imports the model or the lab.
+"""

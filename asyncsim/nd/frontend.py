@@ -1,0 +1,370 @@
+"""The `nd` surface that workloads are written against, shared by both halves.
+
+A workload is a plain function `workload(nd, **params)`. `ND` gives it MXNet's `nd` names
+(creation, arithmetic, `dot`, blockers, contexts, `benchmark`) and `NDArray` its operators.
+Every call checks its inputs here, at the call (shapes and dtypes through `asyncsim.nd.ops`, devices
+through the backend), builds one `Op` record and hands it to a *backend*:
+
+- `asyncsim.record.Recorder` appends it to a `Program` (no data);
+- `realexec.frontend.EngineBackend` pushes it to the real engine.
+
+A backend implements `issue(op, out_var, host)`, `sync(kind, var)`, `free(var)`,
+`mark(label, begin)` and `check_device(device)`. Frees follow CPython reference counting: when
+the last Python handle to an array goes, `NDArray.__del__` tells the backend, in program order.
+
+This is the real engine's push path too, so it is written for speed (about 1 us per op):
+arithmetic with a number, or with an array of the same shape, dtype and device, and relu and
+copy, take `ND._same`, which has nothing left to infer (`ops.SAME_SHAPE`); everything else goes
+through `ND._op` and `ops.infer`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from asyncsim.nd import ops
+from asyncsim.nd.program import Op, Var
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    device_type: str  # "cpu" or "gpu"
+    device_id: int = 0
+
+    @property
+    def device(self) -> str:
+        """Memory-pool name: every cpu(i) shares host memory, as in MXNet."""
+        return "cpu" if self.device_type == "cpu" else f"gpu{self.device_id}"
+
+    def __str__(self) -> str:
+        return f"{self.device_type}({self.device_id})"
+
+
+CPU = Context("cpu", 0)
+
+
+def _arithmetic(name: str, scalar_name: str, in_place: bool = False):
+    """An NDArray operator: op `name` with an array, `scalar_name` with a Python or numpy number
+    (the result written into the left operand when `in_place`).
+
+    The two common cases take the fast path (`ND._same`): a number, and an array of the same nd
+    with the same shape, dtype and device. The rest (broadcasting, mixed devices or dtypes,
+    foreign objects) takes the general path, which checks and explains."""
+
+    def operator(self, other):
+        out = self if in_place else None
+        cls = other.__class__
+        if cls is float or cls is int:
+            return self.nd._same(scalar_name, (self,), {"scalar": float(other)}, out)
+        if cls is NDArray:
+            if (other.shape == self.shape and other.nd is self.nd
+                    and other.device == self.device and other.dtype == self.dtype):
+                return self.nd._same(name, (self, other), {}, out)
+            return self.nd._op(name, (self, other), {}, out=out)
+        if isinstance(other, int | float | np.number):
+            return self.nd._same(scalar_name, (self,), {"scalar": float(other)}, out)
+        return NotImplemented
+
+    return operator
+
+
+class NDArray:
+    """A handle to one var: shape, dtype and context are known at once; values only on a blocker.
+
+    `device` is the memory-pool name of `ctx` ("cpu", "gpu0"), kept so the push path reads a
+    slot instead of calling `Context.device` per op."""
+
+    __slots__ = ("nd", "var", "shape", "dtype", "ctx", "device", "nbytes", "__weakref__")
+
+    def __init__(self, nd: ND, var: int, shape: tuple[int, ...], dtype: str, ctx: Context,
+                 device: str, nbytes: int):
+        self.nd = nd
+        self.var = var
+        self.shape = shape
+        self.dtype = dtype
+        self.ctx = ctx
+        self.device = device
+        self.nbytes = nbytes
+
+    def __del__(self):
+        # try/except rather than contextlib.suppress: this runs once per op and costs nothing
+        # when nothing is raised
+        try:
+            self.nd._free(self.var)
+        except Exception:  # interpreter shutdown may have torn things down
+            pass
+
+    # -- properties --------------------------------------------------------------------------
+    @property
+    def context(self) -> Context:
+        return self.ctx
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    # -- arithmetic ----------------------------------------------------------------------------
+    # each operator comes from `_arithmetic` (above): one Python call per `a + b`
+    __add__ = __radd__ = _arithmetic("add", "add_scalar")
+    __sub__ = _arithmetic("sub", "sub_scalar")
+    __rsub__ = _arithmetic("sub", "rsub_scalar")
+    __mul__ = __rmul__ = _arithmetic("mul", "mul_scalar")
+    __truediv__ = _arithmetic("div", "div_scalar")
+    __rtruediv__ = _arithmetic("div", "rdiv_scalar")
+    __iadd__ = _arithmetic("add", "add_scalar", in_place=True)
+    __isub__ = _arithmetic("sub", "sub_scalar", in_place=True)
+    __imul__ = _arithmetic("mul", "mul_scalar", in_place=True)
+    __itruediv__ = _arithmetic("div", "div_scalar", in_place=True)
+
+    def __neg__(self):
+        return self.nd._same("mul_scalar", (self,), {"scalar": -1.0})
+
+    def sum(self):
+        return self.nd._op("sum", (self,), {})
+
+    def mean(self):
+        return self.nd._op("mean", (self,), {})
+
+    def norm(self):
+        return self.nd._op("norm", (self,), {})
+
+    def relu(self):
+        return self.nd._same("relu", (self,), {})
+
+    # -- first-axis indexing -------------------------------------------------------------------
+    def _rows(self, key) -> dict:
+        if not self.shape:
+            raise IndexError(f"cannot index a 0-d array of shape {self.shape}")
+        n = self.shape[0]
+        if isinstance(key, int | np.integer):
+            i = int(key) + (n if key < 0 else 0)
+            if not 0 <= i < n:
+                raise IndexError(f"index {key} is out of range for axis 0 of shape {self.shape}")
+            return {"start": i, "stop": i + 1, "squeeze": True}
+        if isinstance(key, slice) and key.step in (None, 1):
+            start, stop, _ = key.indices(n)
+            return {"start": start, "stop": max(start, stop), "squeeze": False}
+        raise IndexError(f"only integers and step-1 slices of the first axis are supported, "
+                         f"got {key!r} for shape {self.shape}")
+
+    def __getitem__(self, key):
+        return self.nd._op("slice", (self,), self._rows(key))
+
+    def __setitem__(self, key, value):
+        rows = self._rows(key)
+        if isinstance(value, NDArray):
+            self.nd._op("setitem", (self, value), rows, out=self)
+        elif isinstance(value, int | float | np.number):
+            self.nd._op("setitem_scalar", (self,), {**rows, "scalar": float(value)}, out=self)
+        else:
+            raise TypeError(f"setitem: cannot assign a {type(value).__name__} into an NDArray")
+
+    # -- devices -------------------------------------------------------------------------------
+    def copyto(self, ctx: Context) -> NDArray:
+        self.nd._check_ctx(ctx)
+        return self.nd._op("copyto", (self,), {"src": self.ctx.device, "dst": ctx.device},
+                           ctx=ctx)
+
+    def as_in_context(self, ctx: Context) -> NDArray:
+        return self if ctx.device == self.ctx.device else self.copyto(ctx)
+
+    def copy(self) -> NDArray:
+        return self.nd._same("copy", (self,), {})
+
+    # -- blockers ------------------------------------------------------------------------------
+    def wait_to_read(self) -> None:
+        self.nd._backend.sync("wait_to_read", self.var)
+
+    def asnumpy(self) -> np.ndarray:
+        return self.nd._backend.sync("asnumpy", self.var)
+
+    def item(self) -> float:
+        if self.size != 1:
+            raise ValueError(f"item: needs an array of one element, got shape {self.shape}")
+        return float(np.asarray(self.nd._backend.sync("item", self.var)).reshape(-1)[0])
+
+    asscalar = item
+
+    def __float__(self) -> float:
+        return self.item()
+
+    def __repr__(self) -> str:
+        values = self.nd._backend.sync("print", self.var)
+        return f"\n{values}\n<NDArray {'x'.join(map(str, self.shape)) or 'scalar'} @{self.ctx}>"
+
+    __str__ = __repr__
+
+
+class _Random:
+    def __init__(self, nd: ND):
+        self._nd = nd
+
+    def uniform(self, low=0.0, high=1.0, shape=(1,), ctx=None, dtype="float32"):
+        return self._nd._create("uniform", shape, ctx, dtype, low=float(low), high=float(high))
+
+    def normal(self, loc=0.0, scale=1.0, shape=(1,), ctx=None, dtype="float32"):
+        return self._nd._create("normal", shape, ctx, dtype, loc=float(loc), scale=float(scale))
+
+
+class ND:
+    """MXNet's `nd` namespace over a backend: what a workload function receives."""
+
+    NDArray = NDArray
+
+    def __init__(self, backend, seed: int = 0, device: str = "cpu"):
+        if device not in ("cpu", "gpu"):
+            raise ValueError(f"device must be 'cpu' or 'gpu' (where arrays made without a ctx "
+                             f"live), got {device!r}")
+        self._backend = backend
+        self._free = backend.free  # bound once: every NDArray's __del__ calls it
+        self._default = CPU if device == "cpu" else Context("gpu", 0)
+        self._var_ids = itertools.count()
+        self._op_ids = itertools.count()
+        self._seed = seed
+        self.random = _Random(self)
+
+    # -- contexts ------------------------------------------------------------------------------
+    def cpu(self, i: int = 0) -> Context:
+        return Context("cpu", i)
+
+    def gpu(self, i: int = 0) -> Context:
+        ctx = Context("gpu", i)
+        self._check_ctx(ctx)
+        return ctx
+
+    def _check_ctx(self, ctx) -> None:
+        if not isinstance(ctx, Context):
+            raise TypeError(f"expected a context such as nd.cpu() or nd.gpu(0), got {ctx!r}")
+        self._backend.check_device(ctx.device)
+
+    # -- creation ------------------------------------------------------------------------------
+    def _create(self, name, shape, ctx, dtype, **attrs):
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        return self._op(name, (), {"shape": shape, "dtype": str(np.dtype(dtype)), **attrs},
+                        ctx=ctx or self._default)
+
+    def ones(self, shape, ctx=None, dtype="float32"):
+        return self._create("ones", shape, ctx, dtype)
+
+    def zeros(self, shape, ctx=None, dtype="float32"):
+        return self._create("zeros", shape, ctx, dtype)
+
+    def full(self, shape, val, ctx=None, dtype="float32"):
+        return self._create("full", shape, ctx, dtype, value=float(val))
+
+    def array(self, source, ctx=None, dtype="float32"):
+        host = np.ascontiguousarray(source, dtype=ops.check_dtype("array", np.dtype(dtype).name))
+        return self._op("array", (), {"shape": host.shape, "dtype": str(host.dtype)},
+                        ctx=ctx or self._default, host=host)
+
+    # -- functions -----------------------------------------------------------------------------
+    def dot(self, a: NDArray, b: NDArray) -> NDArray:
+        return self._op("dot", (a, b), {})
+
+    def relu(self, a: NDArray) -> NDArray:
+        return self._op("relu", (a,), {})
+
+    def waitall(self) -> None:
+        self._backend.sync("waitall", None)
+
+    @contextlib.contextmanager
+    def benchmark(self, label: str = "Done", sync: bool = False):
+        """Time a region from entering the block to leaving it, in the run's own clock.
+
+        Like d2l's `Benchmark`, the region ends when the frontend leaves the block: the chapters'
+        workloads end their regions with an explicit `nd.waitall()`, and the ones that leave it
+        out show that ops were only queued. `sync=True` appends a `waitall` so the region also
+        covers every op issued before it ends."""
+        self._backend.mark(label, True)
+        try:
+            yield
+            if sync:
+                self.waitall()
+        finally:
+            self._backend.mark(label, False)
+
+    # -- the one place an op is built ----------------------------------------------------------
+    # This is the push path of the real engine too, so it is written for speed: one pass over
+    # the inputs, no sets, the per-array facts (device, bytes) read from the NDArray's slots.
+    def _op(self, name, inputs, attrs, ctx=None, out=None, host=None) -> NDArray:
+        """Check the call (inputs, devices, then shapes and dtypes through `ops.infer`), build
+        the Op (and the Var of a fresh output), issue it; the result's handle."""
+        in_bytes = 0
+        for a in inputs:
+            if a.__class__ is not NDArray or a.nd is not self:
+                raise TypeError(f"{name}: inputs must be NDArrays of this nd, got {a!r:.60}")
+            in_bytes += a.nbytes
+        if inputs:
+            first = inputs[0]
+            if name != "copyto":
+                device = first.device
+                for a in inputs:
+                    if a.device != device:
+                        devs = ", ".join(str(a.ctx) for a in inputs)
+                        raise ValueError(f"{name}: inputs are on different devices ({devs}); "
+                                         f"move them with .copyto(ctx) first")
+            ctx = ctx or first.ctx
+        else:
+            self._check_ctx(ctx)
+        shapes = tuple([a.shape for a in inputs])
+        shape, dtype = ops.infer(name, shapes, tuple([a.dtype for a in inputs]), attrs)
+        op_id = next(self._op_ids)
+        if name in ("uniform", "normal"):
+            attrs["seed"] = self._seed * 1_000_003 + op_id
+        return self._build(op_id, name, inputs, attrs, ctx, ctx.device, shape, dtype,
+                           ops.nbytes(shape, dtype), in_bytes, ops.flops(name, shapes, shape),
+                           out, host)
+
+    def _same(self, name, inputs, attrs, out=None) -> NDArray:
+        """The fast path of `_op` for an op of `ops.SAME_SHAPE`, called by NDArray's own methods
+        on NDArrays of this nd that share one shape, dtype and device (the caller checked): the
+        result has that shape, dtype and device and costs a flop per element, so nothing is
+        left to infer or to check. tests/test_frontend_fast_path.py holds it to `_op`."""
+        first = inputs[0]
+        nbytes = first.nbytes
+        dtype = first.dtype
+        flops = float(nbytes // ops.ITEMSIZE[dtype])
+        if out is not None:
+            return self._build(next(self._op_ids), name, inputs, attrs, first.ctx, first.device,
+                               first.shape, dtype, nbytes, nbytes * len(inputs), flops, out,
+                               None)
+        # a fresh result, the common case: `_build` written out, one call less per op
+        op_id = next(self._op_ids)
+        var = next(self._var_ids)
+        shape, device = first.shape, first.device
+        reads = (first.var,) if len(inputs) == 1 else (first.var, inputs[1].var)
+        op = Op(op_id, name, reads, var, True, device, attrs, flops, nbytes * (1 + len(inputs)))
+        self._backend.issue(op, Var(var, shape, dtype, device, nbytes), None)
+        return NDArray(self, var, shape, dtype, first.ctx, device, nbytes)
+
+    def _build(self, op_id, name, inputs, attrs, ctx, device, shape, dtype, nbytes, in_bytes,
+               flops, out, host) -> NDArray:
+        """Make the Op (and for a fresh output its Var), issue it, return the result's handle."""
+        if out is None:
+            var = next(self._var_ids)
+            new = Var(var, shape, dtype, device, nbytes)
+        else:
+            if shape != out.shape:
+                raise ops.ShapeError(f"{name}: result of shape {shape} cannot be written in "
+                                     f"place into shape {out.shape}")
+            if not any(a is out for a in inputs):
+                inputs = (out, *inputs)
+                in_bytes += out.nbytes
+            var, new = out.var, None
+        reads = (inputs[0].var,) if len(inputs) == 1 else tuple([a.var for a in inputs])
+        op = Op(op_id, name, reads, var, out is None, device, attrs, flops, nbytes + in_bytes)
+        self._backend.issue(op, new, host)
+        if out is not None:
+            return out
+        return NDArray(self, var, shape, dtype, ctx, device, nbytes)

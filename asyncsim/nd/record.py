@@ -1,0 +1,82 @@
+"""Recording: run a workload against an `nd` that carries shapes, devices and dtypes but no data.
+
+`record(workload, **params)` calls `workload(nd, **params)` once. Every op, blocker, benchmark
+region and free (the last Python handle dropped, in program order) becomes an instruction of the
+returned `Program`. Blockers hand back zeros of the right shape, so a workload that inspects its
+results keeps running; nothing is computed.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+
+from asyncsim.nd.frontend import ND
+from asyncsim.nd.program import BLOCKERS, Free, Mark, Program, Sync
+
+_DEVICE_HELP = "devices are 'cpu' and 'gpuN' (from nd.cpu() and nd.gpu(N))"
+
+
+class Recorder:
+    """The backend that writes instructions into a Program instead of running them."""
+
+    def __init__(self, program: Program):
+        self.program = program
+
+    def check_device(self, device: str) -> None:
+        ok = device == "cpu" or (device.startswith("gpu") and device[3:].isdigit())
+        if not ok:
+            raise ValueError(f"unknown device {device!r}: {_DEVICE_HELP}")
+
+    def issue(self, op, out_var, host) -> None:
+        if out_var is not None:
+            self.program.vars[out_var.id] = out_var
+        self.program.instrs.append(op)
+
+    def sync(self, kind: str, var: int | None):
+        assert kind in BLOCKERS, kind
+        self.program.instrs.append(Sync(kind, var))
+        if var is None:
+            return None
+        v = self.program.vars[var]
+        return np.zeros(v.shape, dtype=v.dtype)
+
+    def free(self, var: int) -> None:
+        self.program.instrs.append(Free(var))
+
+    def mark(self, label: str, begin: bool) -> None:
+        self.program.instrs.append(Mark(label, begin))
+
+
+def check_workload(workload) -> str:
+    """The workload's name, or a TypeError saying what a workload must be."""
+    if not callable(workload) or isinstance(workload, type):
+        raise TypeError(f"a workload must be a function workload(nd, **params), "
+                        f"got {type(workload).__name__} {workload!r:.60}")
+    return getattr(workload, "__name__", type(workload).__name__)
+
+
+def check_params(workload, params: dict) -> None:
+    """A TypeError naming the parameters the workload does not take."""
+    try:
+        sig = inspect.signature(workload)
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        return
+    unknown = sorted(set(params) - set(list(sig.parameters)[1:]))
+    if unknown:
+        accepted = ", ".join(list(sig.parameters)[1:]) or "none"
+        raise TypeError(f"{check_workload(workload)}: unknown parameter(s) {', '.join(unknown)}; "
+                        f"it takes: {accepted}")
+
+
+def record(workload, seed: int = 0, device: str = "cpu", **params) -> Program:
+    """Run `workload(nd, **params)` without data and return its Program; arrays made without a
+    ctx live on `device` ("cpu", or "gpu" for gpu(0))."""
+    name = check_workload(workload)
+    check_params(workload, params)
+    program = Program(name=name, params=dict(params))
+    workload(ND(Recorder(program), seed=seed, device=device), **params)
+    return program

@@ -1,0 +1,3 @@
+"""Calibration: microbenchmarks of this machine (`microbench`, `host`, `gil`, `steady`, `measure`,
+`gpu`) fitted into an `asyncsim.Profile` (`fits`, `calibrate`). Never the workloads it predicts.
+"""

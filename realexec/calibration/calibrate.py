@@ -1,0 +1,240 @@
+"""Calibration: measure this machine with microbenchmarks on the real engine -> asyncsim.Profile.
+
+`calibrate(workers=None, quick=False, cache=True, progress=True, force=False)` runs the
+microbenchmarks of `realexec.calibration.microbench`, `realexec.calibration.host` and
+`realexec.calibration.gil` on `workers` CPU workers (default: one per core, as `realexec.run`) and
+turns them into the Profile that `asyncsim.simulate` prices a program with:
+
+- `t1` and "frontend:<op>" costs: seconds per issued op ("frontend:broadcast": a binary op on
+  operands of different shapes); `free`: seconds per dropped handle;
+- `t3`: the blocker's wake-up after the op it waits for ends; "frontend:asnumpy|print|item":
+  what those blockers add (a copy, formatting), latency + bytes / bandwidth of the array, each
+  the first of its kind in a fresh session (cold code, as the chapters' once-per-region calls);
+- `startup`: what a fresh engine's first op round trip takes beyond a warm one;
+- `handover`: how long a thread asleep on the GIL takes to run once it is let go
+  (`realexec.calibration.gil`);
+- `wake`: what waking a sleeping thread costs the thread that wakes it (a queue put that wakes a
+  thread asleep in its get, against one that does not);
+- `dispatch`: the rest of an idle engine's round trip (a sleeping worker waking up), from two
+  round trips measured at the start and at the end, averaged;
+- `gil`: Python seconds per op on a worker outside its kernel, holding the GIL; `release`: what
+  a worker adds when an op it finishes was the last user of a buffer the frontend dropped;
+  `recheck`: what it adds per op while the frontend sleeps in a blocker waiting for it;
+- "cpu:<op|group>" costs: latency + bytes / bandwidth fits over sizes for create, elementwise,
+  binary (and broadcasting binary: "cpu:broadcast"), copy and reduce ops and the compute-bound
+  samplers (with bytes beyond a cache size at a second bandwidth, and beyond a larger one at a
+  third, where that fits far better); latency + bytes / bandwidth + flops / peak for `dot`
+  (square products and matrix-vector products); non-negative least squares on relative error,
+  each point a low quantile of repeats, averaged over sweeps spread over seconds
+  (`realexec.calibration.microbench.kernel_times`, `realexec.calibration.fits`);
+- `crowd` of those costs: how much one more kernel running at once stretches a memory-bound
+  kernel's bytes time, from the same op on W workers at once against one alone (compute-bound
+  ops as a check); `cores`: this machine's cores; `spin`, `switch`: realexec's and CPython's.
+The numbers behind each value (and the slowdowns that are only reported) are in `meta`;
+`refit(profile)` derives a profile from them again. The settings and the run of the
+microbenchmarks live in `realexec.calibration.measure` (re-exported here); this module derives the
+profile, caches it and is the entry point.
+
+On a machine with a real GPU (or with `gpu=True`), `realexec.calibration.gpu` adds gpu(0)'s
+costs: the "gpu:" kernel costs, the host-device links, `gpu_issue` and `gpu_wait`.
+
+None of this runs a scenario of `asyncsim.lab.scenarios`: they are what the profile predicts.
+Results are cached as JSON under $XDG_CACHE_HOME/asyncsim (default ~/.cache/asyncsim), keyed by
+machine, package versions, the measured code (realexec, the frontend), workers and settings: a
+second call loads the file; `force=True` measures again. `quick=True` uses small sizes and few
+repeats (seconds; for tests and CI). Python's garbage collector is paused while measuring. A
+full calibration first keeps every core busy for a second and spreads its rounds over seconds with
+busy pauses (`realexec.calibration.steady`: idle cores of a virtual machine run slower for a while).
+Units: seconds, bytes, bytes per second, flops per second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import gc
+import hashlib
+import inspect
+import json
+import os
+import platform
+import sys
+import warnings
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from asyncsim.model.profile import Cost, Profile, ProfileError
+from realexec.calibration import fits, microbench
+from realexec.calibration.fits import blocker_costs, fit, fit_bytes, kernel_costs, set_crowding
+from realexec.calibration.measure import (
+    FULL,
+    QUICK,
+    Settings,
+    _measure,
+    kernels,  # noqa: F401 -- realexec.calibration.gpu imports it from here
+)
+from realexec.calibration.microbench import BackgroundLoad  # noqa: F401 -- re-exported
+from realexec.engine.core import Engine, default_workers
+from realexec.frontend import machine
+
+VERSION = 7  # bump when what is measured changes: older cache files are then ignored
+
+
+def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
+    """The Profile from everything measured (`raw`, as `_measure` returns it)."""
+    costs = kernel_costs(raw["kernels"])
+    issue = raw["issue"]
+    t1 = issue["add_scalar"]
+    frontend = {"frontend:elementwise": t1, "frontend:create": issue["ones"],
+                "frontend:reduce": issue["sum"], "frontend:dot": issue["dot"],
+                "frontend:copy": issue["copy"], "frontend:add": issue["add"],
+                "frontend:sub": issue["add"], "frontend:mul": issue["add"],
+                "frontend:div": issue["add"], "frontend:broadcast": issue["broadcast"],
+                "frontend:relu": issue["relu"], "frontend:normal": issue["normal"],
+                "frontend:uniform": issue["normal"], "frontend:slice": issue["slice"]}
+    costs.update({key: Cost(latency=secs) for key, secs in frontend.items()})
+    fresh = raw["fresh"]
+    # the chapters' asnumpy, print and item run once per region: priced cold (see fresh)
+    costs.update(blocker_costs({**fresh["blockers"],
+                                "wait_to_read": raw["blockers"]["wait_to_read"]}))
+    # the round trip, measured early and late and averaged: this machine's wake-ups and cores
+    # speed up and slow down for seconds at a time, and one measurement may catch either
+    late = raw.get("roundtrip_late", raw["roundtrip"])
+    trip = {k: 0.5 * (v + late[k]) for k, v in raw["roundtrip"].items()}
+    gil = raw["worker"]["independent"]
+    release = max(0.0, raw["worker"]["chain_dropped"] - raw["worker"]["chain"])
+    t3 = trip["t3"]
+    # the idle round trip's remainder: the worker waking up, the call into the blocker (the
+    # worker's own Python work after the op runs while the frontend wakes: inside t3); with the
+    # op priced as the model prices it, so that the model's round trip is the measured one
+    # (its push wakes the worker: `wake`, which the model adds to the frontend's issue)
+    elements = microbench.ROUND_TRIP
+    exec_s = costs["cpu:elementwise"].time(2 * fits.F32 * elements, elements)
+    wake = raw.get("wake", {}).get("wake", 0.0)  # a profile measured before it was
+    dispatch = max(0.0, trip["period"] - t1 - wake - raw["free"] - exec_s - t3)
+    set_crowding(costs, raw["concurrency"], workers)
+    return Profile(name=name, t1=t1, t3=t3, workers=workers, cores=default_workers(), gpus=0,
+                   costs=costs, free=raw["free"], dispatch=dispatch, wake=wake, gil=gil,
+                   release=release,
+                   switch=sys.getswitchinterval(), spin=_engine_spin(),
+                   recheck=raw["blocked"]["recheck"], startup=fresh["startup"],
+                   handover=raw.get("handover", {}).get("handover", 0.0),
+                   meta=json.loads(json.dumps({**meta, "measurements": raw})))  # as saved
+
+
+def refit(profile: Profile) -> Profile:
+    """`profile` computed again from the measurements it keeps in its meta (after a change of
+    the fits or of how a value is derived; the measurements themselves are not taken again)."""
+    meta = {k: v for k, v in profile.meta.items() if k != "measurements"}
+    raw = json.loads(json.dumps(profile.meta["measurements"]))
+    return _profile(profile.name, profile.workers, raw, meta)
+
+
+def _engine_spin() -> float:
+    """How long realexec's blockers spin before they sleep (the engine's default)."""
+    spin = inspect.signature(Engine).parameters.get("spin_s")
+    return float(spin.default) if spin is not None else 0.0
+
+
+# -- the cache and the entry point ---------------------------------------------------------------
+def _versions() -> dict:
+    import numba
+    import simpy
+
+    return {"python": platform.python_version(), "numpy": np.__version__,
+            "numba": numba.__version__, "simpy": simpy.__version__}
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "asyncsim"
+
+
+def _code_digest() -> str:
+    """A digest of the code whose speed is measured (the engine, its kernels, the frontend), so
+    that a changed engine is measured again rather than predicted from an old profile."""
+    import asyncsim
+    import realexec
+
+    digest = hashlib.sha1()
+    for package, names in ((realexec, ("*.py", "kernels/*.py")),
+                           (asyncsim, ("frontend.py", "ops.py"))):
+        root = Path(package.__file__).parent
+        for name in names:
+            for path in sorted(root.glob(name)):
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def cache_path(workers: int, quick: bool, gpu: bool = False) -> Path:
+    """Where the profile for this machine, these versions, this code and these settings is
+    cached."""
+    settings = QUICK if quick else FULL
+    key = json.dumps([VERSION, platform.node(), machine(), _versions(), _code_digest(), workers,
+                      asdict(settings), _gpu_name() if gpu else None], sort_keys=True)
+    digest = hashlib.sha1(key.encode()).hexdigest()[:12]
+    host = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in platform.node()) or "here"
+    return cache_dir() / f"profile-{host}-w{workers}{'-quick' if quick else ''}-{digest}.json"
+
+
+def _real_gpu() -> bool:
+    from realexec.gpu import kernels as gpu
+
+    return gpu.available() and not gpu.on_simulator()
+
+
+def _gpu_name() -> str:
+    from realexec.gpu import kernels as gpu
+    from realexec.gpu.device import _device_name
+
+    return "CUDA simulator" if gpu.on_simulator() else _device_name(0)
+
+
+def calibrate(workers: int | None = None, quick: bool = False, cache: bool = True,
+              progress: bool = True, force: bool = False, gpu: bool | None = None) -> Profile:
+    """This machine's Profile for `workers` CPU workers, measured (or loaded from the cache);
+    with `gpu` (default: when a real GPU is here, not the simulator) gpu(0)'s costs and links
+    too (`realexec.calibration.gpu`), for every GPU of the machine."""
+    gpu = _real_gpu() if gpu is None else bool(gpu)
+    workers = default_workers() if workers is None else int(workers)
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    path = cache_path(workers, quick, gpu)
+    if cache and not force and path.exists():
+        with contextlib.suppress(ProfileError, OSError, ValueError, KeyError):
+            return Profile.load(path)
+    settings = QUICK if quick else FULL
+    enabled = gc.isenabled()
+    gc.disable()  # a collection pauses every thread for up to ~100 ms: no part of a cost
+    load = microbench.BackgroundLoad()
+    try:
+        raw = _measure(workers, settings, progress)
+    finally:
+        if enabled:
+            gc.enable()
+    raw["background load"] = busy = load.cores()
+    if busy > 0.1:
+        warnings.warn(f"calibrate: other processes kept {busy:.2f} cores busy while measuring; "
+                      f"the profile may be off (calibrate(force=True) on a quiet machine)",
+                      stacklevel=2)
+    meta = {"source": "realexec.calibrate microbenchmarks", "machine": machine(),
+            "platform": platform.platform(), "hostname": platform.node(),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "versions": _versions(), "workers": workers, "quick": quick,
+            "settings": asdict(settings), "calibration_version": VERSION,
+            "code": _code_digest()}
+    profile = _profile(platform.node() or "here", workers, raw, meta)
+    if gpu:
+        from realexec.calibration.gpu import with_gpu
+
+        profile = with_gpu(profile, quick=quick, progress=progress)
+    if cache:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        profile.save(path)
+    return profile
+
+
+__all__ = ["BackgroundLoad", "FULL", "QUICK", "Settings", "cache_dir", "cache_path", "calibrate",
+           "fit", "fit_bytes", "refit"]

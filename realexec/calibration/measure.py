@@ -1,0 +1,175 @@
+"""Calibration's measuring half: what to measure (`Settings`, `FULL`, `QUICK`, `kernels`) and the
+run of every microbenchmark on the real engine that yields the raw numbers (`_measure`).
+
+`realexec.calibrate` re-exports these names, derives a Profile from the raw numbers and caches
+it; `realexec.calibration.gpu` times the same `kernels` on a GPU. Nothing here fits or prices:
+`_measure` returns the numbers as measured, each microbenchmark's own summary of its repeats
+(see `realexec.calibration.microbench`, `realexec.calibration.host`).
+
+Assumptions: the caller has paused the garbage collector (a collection would land in a cost);
+`_measure` first keeps every core busy for a second when its settings spread rounds over time
+(`realexec.calibration.steady`: idle cores of a virtual machine run slower for a while). Arrays are
+float32. Units: sizes in elements (float32), sides in elements per side, times in seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from realexec.calibration import gil as microbench_gil
+from realexec.calibration import host as microbench_host
+from realexec.calibration import microbench
+from realexec.calibration.fits import FITTED, ROW
+from realexec.calibration.steady import busy
+from realexec.frontend import session
+
+
+@dataclass(frozen=True)
+class Settings:
+    sizes: tuple[int, ...]  # elements (float32) for the bandwidth fits
+    dot_sides: tuple[int, ...]  # square products
+    gemv_sides: tuple[int, ...]  # (1, n) x (n, n) products
+    repeats: int  # ops per size in the fits, in each of `sweeps` sweeps over the sizes
+    sweeps: int
+    issue_ops: int  # ops per issue loop
+    loops: int  # repeats of each issue loop, round trip, backlog
+    roundtrips: int
+    blocker_sizes: tuple[int, ...]
+    crowd_sizes: tuple[int, ...]  # elements of the memory-bound ops run on W workers at once
+    compute_size: int  # elements of the compute-bound op run on W workers at once
+    fresh_rounds: int  # fresh sessions per blocker size (start-up, cold blockers)
+    recheck_size: int  # elements of the ops of the backlog a blocked frontend waits for
+    # seconds between the rounds of a per-op microbenchmark (realexec.calibration.steady.central)
+    spread: float
+
+
+# 2**23: the scenarios' largest arrays (2000 x 2000, ~2**22) spill out of the cache; with 2**22
+# the largest size, the bytes fit had one point past the cache and missed it by a third
+FULL = Settings(sizes=(2**10, 2**13, 2**16, 2**18, 2**20, 2**21, 2**22, 2**23),
+                dot_sides=(32, 64, 128, 256, 512, 1024), gemv_sides=(128, 512, 2048),
+                repeats=5, sweeps=3, issue_ops=300, loops=15, roundtrips=200,
+                blocker_sizes=(2**4, 2**12, 2**18, 2**21), crowd_sizes=(2**20, 2**22),
+                compute_size=2**20, fresh_rounds=3, recheck_size=2**13, spread=0.2)
+QUICK = Settings(sizes=(2**8, 2**12, 2**16, 2**18), dot_sides=(16, 64, 256), gemv_sides=(64, 256),
+                 repeats=3, sweeps=1, issue_ops=100, loops=5, roundtrips=50,
+                 blocker_sizes=(2**4, 2**14),
+                 crowd_sizes=(2**18,), compute_size=2**14, fresh_rounds=1, recheck_size=2**12,
+                 spread=0.0)
+
+def kernels(nd, settings, ctx=None) -> list[tuple]:
+    """(name in `realexec.calibration.fits.FITTED`, op name in the engine's log, maker(size) ->
+    (() -> NDArray), sizes) for every fitted op, its arrays on `ctx` (default: the CPU);
+    `settings` gives `sizes`, `dot_sides` and `gemv_sides`. realexec.calibration.gpu times the
+    same ops on a GPU."""
+    def vec(n):
+        return nd.random.uniform(shape=(n,), ctx=ctx)
+
+    def unary(f):
+        def make(n):
+            x = vec(n)
+            return lambda: f(x)
+        return make
+
+    def binary(n):
+        x, y = vec(n), vec(n)
+        return lambda: x + y
+
+    def broadcast(n):
+        x, row = nd.random.uniform(shape=(max(1, n // ROW), ROW), ctx=ctx), vec(ROW)
+        return lambda: x + row
+
+    def create(f):
+        return lambda n: (lambda: f(n))
+
+    def product(n):  # a negative side is a (1, |n|) x (|n|, |n|) product
+        m = abs(n)
+        a = nd.random.uniform(0, 2.0 / m, shape=(1 if n < 0 else m, m), ctx=ctx)
+        b = nd.random.uniform(0, 2.0 / m, shape=(m, m), ctx=ctx)
+        return lambda: nd.dot(a, b)
+
+    sizes = settings.sizes
+    return [
+        ("ones", "ones", create(lambda n: nd.ones((n,), ctx=ctx)), sizes),
+        ("normal", "normal", create(lambda n: nd.random.normal(shape=(n,), ctx=ctx)), sizes),
+        ("uniform", "uniform", create(lambda n: nd.random.uniform(shape=(n,), ctx=ctx)), sizes),
+        ("add_scalar", "add_scalar", unary(lambda x: x + 1.0), sizes),
+        ("add", "add", binary, sizes),
+        ("broadcast", "add", broadcast, sizes),
+        ("copy", "copy", unary(lambda x: x.copy()), sizes),
+        ("sum", "sum", unary(lambda x: x.sum()), sizes),
+        ("dot", "dot", product, settings.dot_sides + tuple(-n for n in settings.gemv_sides)),
+    ]
+
+
+def _measure(workers: int, settings: Settings, progress: bool) -> dict:
+    """Run every microbenchmark; everything measured (raw numbers, fitted by `_profile`)."""
+    from tqdm.auto import tqdm
+
+    raw: dict = {}
+    s = settings
+    bar = tqdm(total=9 + len(FITTED), desc="calibrating", disable=not progress, leave=False)
+    # this kind of machine runs slower for seconds after its cores idled
+    # (realexec.calibration.steady)
+    busy(1.0 if s.spread else 0.0)
+    bar.set_postfix_str("fresh engines")
+    raw["fresh"] = microbench_host.fresh(workers, s.blocker_sizes, s.fresh_rounds,
+                                         pause=s.spread / 4)
+    bar.update()
+    with session(workers=workers) as nd:
+        bench = microbench._Bench(nd, workers)
+        bar.set_postfix_str("frontend")
+        front = microbench.frontend(bench, s.issue_ops, s.loops, s.spread)
+        raw["issue"], raw["free"] = front["issue"], front["free"]
+        bar.update()
+        bar.set_postfix_str("round trip")
+        trip = microbench.roundtrip(bench, s.roundtrips, s.loops, s.spread / 2)
+        raw["roundtrip"] = trip
+        raw["t3_after_sleep"] = microbench.long_wake(bench, s.loops)
+        bar.update()
+        bar.set_postfix_str("blockers")
+        raw["blockers"] = microbench.blockers(bench, s.blocker_sizes, s.repeats)
+        bar.update()
+        bar.set_postfix_str("worker overhead")
+        raw["worker"] = microbench.worker_overhead(bench, s.issue_ops, s.loops, s.spread / 2)
+        bar.update()
+        raw["wake"] = microbench_host.wake(s.roundtrips, bursts=s.loops, pause=s.spread / 2)
+        raw["handover"] = microbench_gil.handover(s.roundtrips // 2)
+        bar.set_postfix_str("blocked frontend")
+        raw["blocked"] = microbench_host.blocked(bench, s.issue_ops, s.loops, s.recheck_size,
+                                                 s.spread / 2)
+        bar.update()
+        fits = raw["kernels"] = {}
+        for name, logged, make, sizes in kernels(nd, s):
+            bar.set_postfix_str(name)
+            times = microbench.kernel_times(bench, make, sizes, s.repeats, logged,
+                                            s.sweeps, s.spread)
+            fits[name] = {"sizes": list(sizes), "seconds": times}
+            bar.update()
+        bar.set_postfix_str("round trip")
+        raw["roundtrip_late"] = microbench.roundtrip(bench, s.roundtrips, s.loops, s.spread / 2)
+        bar.update()
+        bar.set_postfix_str("concurrency")
+        raw["concurrency"] = _concurrency(bench, s) if workers > 1 else {}
+        bar.update()
+    bar.close()
+    return raw
+
+
+def _concurrency(bench, s: Settings) -> dict:
+    """Memory-bound ops (two sizes), a sampler and a product, one at a time and W at once; the
+    frontend's issue period with workers asleep and with all of them running."""
+    nd = bench.nd
+    xs = [nd.random.uniform(shape=(n,)) for n in s.crowd_sizes]
+    m = nd.random.uniform(0, 1 / 256, shape=(256, 256))
+    nd.waitall()
+    out = {}
+    cases = [(f"elementwise {x.size}", lambda x=x: x + 1.0, "add_scalar") for x in xs]
+    cases += [("normal", lambda: nd.random.normal(shape=(s.compute_size,)), "normal"),
+              ("dot", lambda: nd.dot(m, m), "dot")]
+    for label, make, name in cases:
+        alone, together = microbench_host.concurrency(bench, make, 4, name)
+        out[label] = {"alone": alone, "together": together}
+    alone_period, busy_period = microbench_host.busy_frontend(bench, s.issue_ops // 2,
+                                                              s.loops, 40 * s.issue_ops)
+    out["frontend"] = {"alone": alone_period, "busy": busy_period}
+    return out

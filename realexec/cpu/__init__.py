@@ -1,0 +1,1 @@
+"""The CPU device: Numba kernels for every op of `asyncsim.nd.ops` (`kernels.KERNELS`)."""

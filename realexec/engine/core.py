@@ -1,0 +1,404 @@
+"""The dependency engine: the frontend pushes ops and returns at once; worker threads run them.
+
+`Engine.push(fn, reads, writes, lane, name, args)` queues `fn(*args)` behind the ops that touch
+the same vars (`realexec.engine.deps`: read-after-write, write-after-read, write-after-write) and
+returns. When an op holds all its vars it goes to its *lane*'s ready queue; the lane's worker
+threads run it. The engine is generic: `fn` is any callable; `realexec.frontend` builds the `nd`
+surface on it.
+
+Vocabulary, shared with `asyncsim.simulate` so the two read as one design:
+- lanes: "frontend" (the thread that pushes, t1), the CPU lane "cpu" whose workers are the span
+  lanes "cpu/w0".. (t2); `add_lane` adds others (a GPU's "gpu0/compute" and "gpu0/copy", one
+  worker each) without touching the engine. A lane added with `log=False` records no spans of
+  its own: its ops time themselves (a GPU op's span is the device's, from CUDA events);
+- mode "async" (MXNet's ThreadedEngine) or "sync" (NaiveEngine: each op runs inside its push, on
+  the frontend thread; its "exec" span is reported on the lane's first worker and a "wait" span
+  named after the op covers it on the frontend);
+- `max_inflight`: push blocks while that many ops are pending;
+- blockers `wait_for_var` / `wait_all` return when the op is done and the frontend runs again (t3).
+
+Times: `time.perf_counter_ns`, kept as raw ns tuples in `log` (cheap to append from any thread)
+and turned into `Span`s (seconds from `origin_ns`) only by `spans()`.
+
+Costs, and the GIL: a push costs the frontend about 2 us of Python (5 us with the `nd` layer on
+top) and each op costs its worker about as much again (completing it, calling the kernel,
+logging, releasing memory). Both need the GIL, so tiny ops cannot overlap on CPython: a frontend
+that keeps pushing keeps the GIL (a worker gets it at the 5 ms switch interval, or when the
+frontend blocks), ops queue up, and they run while the frontend waits. The concurrency comes from
+kernels that drop the GIL (numba's nogil loops, BLAS): large ops overlap each other and the
+frontend.
+
+Waiting: a blocker leaves its condition in `_blockers`, and the worker that finishes an op
+tests those conditions (a few attribute reads, under the engine's lock) instead of letting each
+blocker test its own: a blocker that took the GIL at every op finished cost each op a GIL
+hand-over and a thread's wake-up (a 100-product backlog on one worker ran 1.5x slower while the
+frontend spun). The blocker first spins for `spin_s` *without the GIL* (`realexec.engine.spin`),
+watching a counter that the worker bumps when a condition holds, as the last thing before its queue
+lets go of the GIL; so the frontend takes the GIL back, free, within microseconds. Then it falls
+back to a Condition with a short timeout, so Ctrl-C is delivered, and is notified only when a
+condition holds.
+
+Errors: a kernel that raises poisons the vars it writes; ops touching a poisoned var do not run
+and poison their own writes. The error surfaces as `OpError` (raised from the original exception)
+at the next blocker on a poisoned var, and at `wait_all`, which then forgets it.
+
+Shutdown: workers are non-daemon threads; `close()` drains, stops and joins them. A hook run at
+interpreter exit, before non-daemon threads are joined, closes engines left open.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import weakref
+from queue import SimpleQueue
+from time import perf_counter_ns
+
+from asyncsim.nd.trace import Span
+from realexec.engine.deps import Deps, Failure, OpError, OpRecord, Var
+from realexec.engine.spin import Progress
+
+FRONTEND = "frontend"
+MODES = ("async", "sync")
+_POLL_S = 0.05  # a sleeping blocker re-checks this often (and lets KeyboardInterrupt in)
+_STOP = None  # a worker's sentinel
+
+
+def default_workers() -> int:
+    """One worker per core this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+class Lane:
+    """A ready queue and the worker threads that drain it; `labels` name their trace lanes."""
+
+    __slots__ = ("name", "kind", "labels", "queue", "threads", "log")
+
+    def __init__(self, name: str, workers: int, kind: str = "exec", labels=None, log=True):
+        self.name, self.kind, self.log = name, kind, log
+        if labels is None:
+            labels = [f"{name}/w{i}" for i in range(workers)]
+        self.labels = list(labels)
+        self.queue: SimpleQueue = SimpleQueue()
+        self.threads: list[threading.Thread] = []
+
+
+class Engine:
+    """Vars, pushes, ready queues and workers. Use as a context manager, or call `close()`."""
+
+    def __init__(self, workers: int | None = None, mode: str = "async",
+                 max_inflight: int | None = None, spin_s: float = 2e-3):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if max_inflight is not None and max_inflight < 1:
+            raise ValueError(f"max_inflight must be at least 1, got {max_inflight}")
+        self.workers = default_workers() if workers is None else int(workers)
+        if self.workers < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
+        self.mode, self.max_inflight = mode, max_inflight
+        self._sync = mode == "sync"
+        self._spin_ns = int(spin_s * 1e9)
+        self._deps = Deps()
+        # re-entrant: the cyclic GC may run NDArray.__del__ (a free) on a thread that is inside
+        # one of the sections below; every section leaves the deps consistent at any allocation
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        # the conditions of waiting blockers, spinning or asleep on _cond: a worker signals them
+        # only when one holds (one testing its own at every op cost each op a GIL round trip)
+        self._blockers: list = []
+        self._asleep = 0  # blockers asleep on _cond (past their spin)
+        self._progress = Progress()  # bumped when a blocker's condition holds; watched spinning
+        self._pushed = self._done = self._inflight = 0
+        self._failures: list[Failure] = []  # raised by kernels, not yet reported by wait_all
+        # set (under the lock) at the first failure: until then no var can be poisoned, so a
+        # ready op skips the look for an inherited failure
+        self._tainted = False
+        self._closed = False
+        self.lanes: dict[str, Lane] = {}
+        self.log: list[tuple] = []  # (lane, kind, name, op_id, start_ns, end_ns)
+        self.origin_ns = perf_counter_ns()
+        self.add_lane("cpu", self.workers)
+        _open_engines.add(self)
+
+    # -- lanes ---------------------------------------------------------------------------------
+    def add_lane(self, name: str, workers: int = 1, kind: str = "exec", labels=None,
+                 log: bool = True, thread_context=None) -> Lane:
+        """A new lane; its worker threads start now (none in sync mode). With `log=False` the
+        engine records no exec spans for its ops (they record their own). `thread_context`, a
+        context-manager factory, is entered by each of the lane's threads for its whole life (a
+        GPU lane's thread makes its device current once, not per op)."""
+        if name in self.lanes:
+            raise ValueError(f"lane {name!r} exists")
+        lane = Lane(name, workers, kind, labels, log)
+        self.lanes[name] = lane
+        if not self._sync:
+            for label in lane.labels:
+                t = threading.Thread(target=self._work, args=(lane, label, thread_context),
+                                     daemon=False, name=f"realexec-{label}")
+                lane.threads.append(t)
+                t.start()
+        return lane
+
+    # -- vars and pushes -------------------------------------------------------------------------
+    def new_var(self, name: str = "", data=None) -> Var:
+        return Var(name, data)
+
+    def push(self, fn, reads=(), writes=(), lane: str = "cpu", name: str = "op", args=(),
+             op_id: int = -1, t_issue: int | None = None) -> None:
+        """Queue `fn(*args)` after the ops that touch `reads`/`writes`; return at once (async).
+
+        `t_issue` (perf_counter_ns) starts this op's "issue" span, so a caller can include its
+        own work before the push (allocating the output)."""
+        if self._closed:
+            raise RuntimeError(f"{name}: the engine is closed")
+        if self.max_inflight is not None and self._inflight >= self.max_inflight:
+            self.throttle(name, op_id)
+        if t_issue is None:
+            t_issue = perf_counter_ns()
+        where = self.lanes[lane]
+        op = OpRecord(fn, args, reads, writes, where, name, op_id)
+        with self._lock:
+            self._pushed += 1
+            self._inflight += 1
+            ready = self._deps.add(op)
+        if self._sync:
+            # as asyncsim.simulate draws NaiveEngine: the issue, then the frontend waiting while
+            # the op runs (here on the frontend thread itself, shown on the lane's first worker)
+            assert ready, "sync mode: every earlier op has finished"
+            start = perf_counter_ns()
+            self.log.append((FRONTEND, "issue", name, op_id, t_issue, start))
+            self._run(op, where.labels[0])
+            self.log.append((FRONTEND, "wait", name, op_id, start, perf_counter_ns()))
+            return
+        if ready:
+            where.queue.put(op)
+        self.log.append((FRONTEND, "issue", name, op_id, t_issue, perf_counter_ns()))
+
+    def throttle(self, name: str = "op", op_id: int = -1) -> None:
+        """Block while `max_inflight` ops are pending (a "wait" span named "max_inflight").
+
+        `push` calls it; a caller that reserves memory before pushing calls it first, so the
+        cap also bounds memory."""
+        cap = self.max_inflight
+        if cap is None or self._inflight < cap:
+            return
+        start = perf_counter_ns()
+        self._wait(self._has_room)
+        self.log.append((FRONTEND, "wait", "max_inflight", op_id, start, perf_counter_ns()))
+
+    def delete_var(self, var: Var, fn=None, args=()) -> None:
+        """Forget `var` once every op pushed on it has finished, then call `fn(*args)` (release
+        its memory). MXNet pushes this as a write; a write pushed last runs when the var goes
+        idle, so the var keeps `fn` as its `on_idle` and whoever completes its last op calls it
+        (`realexec.engine.deps`). No span; counted as pending until called (wait_all waits for
+        memory to come back), but not towards max_inflight."""
+        fn = fn or _nothing
+        if self._closed:
+            fn(*args)
+            return
+        with self._lock:
+            # nothing pending on it (Var.idle, written out: a free per op), and no handle left
+            # to push more: free now
+            idle = not (var.running_reads or var.writing or var.queue)
+            if not idle:
+                var.on_idle, var.on_idle_args = fn, args
+                self._pushed += 1
+        if idle:
+            fn(*args)
+
+    # -- blockers ------------------------------------------------------------------------------
+    def wait_for_var(self, var: Var) -> None:
+        """Return when every write pushed on `var` so far has finished; OpError if poisoned."""
+        target = var.writes_pushed
+        if var.writes_done < target:
+            self._wait(lambda: var.writes_done >= target)
+        if var.failure is not None:
+            raise OpError.of(var.failure) from var.failure.exc
+
+    def wait_all(self) -> None:
+        """Return when every op pushed so far has finished; OpError for failures not yet
+        reported by an earlier wait_all (MXNet's WaitForAll drops them: apache/mxnet#13234)."""
+        target = self._pushed
+        if self._done < target:
+            self._wait(lambda: self._done >= target)
+        self._raise_failures()
+
+    @property
+    def pending(self) -> int:
+        """Ops pushed and not yet finished (frees excluded)."""
+        return self._inflight
+
+    @property
+    def blocked(self) -> bool:
+        """A thread is asleep in a blocker (past its spin), waiting for ops to finish."""
+        return self._asleep > 0
+
+    def _has_room(self) -> bool:
+        return self._inflight < self.max_inflight
+
+    def _raise_failures(self) -> None:
+        with self._lock:
+            failures, self._failures = self._failures, []
+        if failures:
+            raise OpError.of(failures[0], len(failures) - 1) from failures[0].exc
+
+    def _wait(self, done) -> None:
+        """Return when `done()` holds: spin without the GIL for up to spin_s until a worker
+        signals that a blocker's condition holds (`realexec.engine.spin`), then sleep on the
+        condition in short timeouts."""
+        if done():
+            return
+        with self._lock:  # registered before the spin reads the counter: no signal is missed
+            self._blockers.append(done)
+        try:
+            if self._progress.spin(done, perf_counter_ns() + self._spin_ns):
+                return
+            with self._cond:
+                self._asleep += 1
+                try:
+                    while not done():
+                        self._cond.wait(_POLL_S)
+                finally:
+                    self._asleep -= 1
+        finally:
+            with self._lock:
+                self._blockers.remove(done)
+
+    # -- execution -----------------------------------------------------------------------------
+    def _work(self, lane: Lane, label: str, thread_context=None) -> None:
+        if thread_context is not None:
+            with thread_context():
+                return self._work(lane, label)
+        get, counts = lane.queue.get, self._progress.counts
+        while True:
+            op = get()
+            if op is _STOP:
+                return
+            if self._run(op, label):
+                # the last thing before get() lets go of the GIL (when the queue is empty): a
+                # blocker spinning on it then finds the GIL free (realexec.engine.spin)
+                counts[0] += 1
+
+    def _run(self, op: OpRecord, label: str) -> bool:
+        """Run one ready op on this thread (unless it inherits a failure), then complete it;
+        True if a waiting blocker's condition now holds."""
+        failure = Deps.inherited_failure(op) if self._tainted else None
+        own = False
+        if failure is None:
+            start = perf_counter_ns()
+            try:
+                op.fn(*op.args)
+            except BaseException as exc:  # any error of a kernel belongs to its op
+                failure, own = Failure(op.name, op.op_id, exc), True
+            if op.lane.log:
+                self.log.append((label, op.lane.kind, op.name, op.op_id, start, perf_counter_ns()))
+        ready: list[OpRecord] = []
+        released: list[Var] = []
+        with self._lock:
+            self._deps.complete(op, failure, ready, released)
+            self._done += 1
+            self._inflight -= 1
+            if own:
+                self._failures.append(failure)
+                self._tainted = True
+            signal = bool(self._blockers) and self._signal_blockers()
+        for r in ready:
+            r.lane.queue.put(r)
+        if released:
+            signal = self._release(released) or signal
+        if own and self._sync and isinstance(failure.exc, KeyboardInterrupt):
+            raise failure.exc  # Ctrl-C inside a sync-mode op is the user's, not the op's
+        return signal
+
+    def _release(self, released: list[Var]) -> bool:
+        """Call the deletions of vars that went idle (outside the lock: they give memory back),
+        then count them as done; True if a waiting blocker's condition now holds."""
+        failures = []
+        for var in released:
+            fn, args = var.on_idle, var.on_idle_args
+            var.on_idle, var.on_idle_args = None, ()
+            try:
+                fn(*args)
+            except BaseException as exc:  # reported by wait_all, as a kernel's error would be
+                failures.append(Failure("free", -1, exc))
+        with self._lock:
+            self._done += len(released)
+            if failures:
+                self._failures += failures
+            return bool(self._blockers) and self._signal_blockers()
+
+    def _signal_blockers(self) -> bool:
+        """Whether a waiting blocker's condition now holds (the lock held); if so, wake the
+        blockers asleep on _cond (a spinning one sees the counter that the caller bumps)."""
+        for done in self._blockers:
+            if done():
+                if self._asleep:
+                    self._cond.notify_all()
+                return True
+        return False
+
+    # -- trace and shutdown --------------------------------------------------------------------
+    def spans(self) -> list[Span]:
+        """Every span recorded so far, in seconds from `origin_ns`, ordered by start."""
+        t0 = self.origin_ns
+        spans = [Span(lane, name, op_id, (a - t0) * 1e-9, (b - t0) * 1e-9, kind)
+                 for lane, kind, name, op_id, a, b in list(self.log)]
+        spans.sort(key=lambda s: s.start)
+        return spans
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Let pending ops finish, stop the workers and join them. Idempotent; failures that
+        were never reported are dropped here (close is also the error path's cleanup)."""
+        if self._closed:
+            return
+        self._wait(lambda: self._done >= self._pushed)
+        self._closed = True
+        me = threading.current_thread()
+        for lane in self.lanes.values():
+            for _ in lane.threads:
+                lane.queue.put(_STOP)
+            for t in lane.threads:
+                if t is not me:
+                    t.join()
+        _open_engines.discard(self)
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{self.pending} pending"
+        return f"Engine({self.mode}, {self.workers} worker(s), {state})"
+
+
+def _nothing(*args) -> None:
+    return None
+
+
+_open_engines: weakref.WeakSet = weakref.WeakSet()
+
+
+def _close_open_engines() -> None:
+    for engine in list(_open_engines):
+        with contextlib.suppress(BaseException):
+            engine.close()
+
+
+# threading's own exit hook runs before the interpreter joins non-daemon threads (which our idle
+# workers would block forever); a plain atexit hook would run only after that join
+try:
+    threading._register_atexit(_close_open_engines)
+except AttributeError:  # pragma: no cover - Python without the private hook
+    import atexit
+
+    atexit.register(_close_open_engines)

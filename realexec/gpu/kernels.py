@@ -1,0 +1,418 @@
+"""numba.cuda kernels for the ops of asyncsim.nd.ops: the GPU half of realexec's op table.
+
+`GPU_KERNELS[op](inputs, out, attrs, stream)` *enqueues* op `op` on `stream` and returns at
+once: inputs are device arrays on the stream's device, `out` is preallocated with the shape and
+dtype that `asyncsim.nd.ops.infer` gives (for setitem/setitem_scalar `out` is inputs[0], written
+in place). 'array' and 'copyto' have no kernel: they are the `to_device`/`to_host` copies the
+engine issues on the copy stream; 'copy', 'slice' and same-shape 'setitem' are device-to-device
+memcpys. Dtypes: float32 and float64 (kernels compile once per dtype, on first use).
+
+Kernels use grid-stride loops over flattened, C-contiguous arrays, so a launch's grid is
+capped (THREADS per block, at most MAX_BLOCKS blocks) whatever the size. Choices to know:
+- elementwise: one kernel per arity, the op picked by a code (a uniform branch, free next to
+  the memory traffic); broadcasting handles any shapes whose coalesced pattern has <= 4 dims.
+- sum/mean/norm accumulate in float64 for both dtypes: per-block shared-memory tree sums, then
+  a second one-block pass into a 0-d output (deterministic; no atomics).
+- dot: a register-blocked tiled product (BM x BN output tile per block, TM x TN per thread,
+  k staged BK deep in double-buffered shared memory), accumulating in the inputs' dtype; 1-d
+  operands are reshaped to a row or column. Its grid is 1-d (tiles numbered in groups of
+  GROUP tile rows), so no grid-y limit applies. Products of fewer than MIN_TILES tiles (small
+  or skinny: they would leave SMs idle) use a TILE x TILE one-output-per-thread kernel.
+- uniform/normal: numba.cuda.random's xoroshiro128+; each thread seeds its own state from
+  (attrs['seed'], thread index) with splitmix64 inside the kernel, so a launch costs no host
+  work and no copy; the states buffer is cached per stream. Values are in float64 then rounded
+  (normal uses numba's Box-Muller); reproducible for a seed, shape and device kind, and not
+  numpy's stream. Distinct seeds give unrelated streams, not provably disjoint ones.
+- the simulator runs one kernel at a time (numba's limitation), so launches take a lock there.
+Kernels must be launched with the stream's device current (`device_context(i)`). Devices,
+pools, copies and events live in gpu_memory and are re-exported here: the engine imports this.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+import warnings
+from math import prod
+
+import numpy as np
+
+from realexec.gpu.matmul import matmul_launch
+from realexec.gpu.memory import (  # noqa: F401 -- re-exported: the engine's one import
+    DevicePool,
+    PerStream,
+    PinnedPool,
+    available,
+    cuda,
+    device_context,
+    device_error,
+    device_pointer,
+    lane_context,
+    on_simulator,
+    record_event,
+    size_class,
+    to_device,
+    to_host,
+    wait_event,
+)
+
+if cuda is not None:
+    from numba.cuda import float64, uint64
+
+    with warnings.catch_warnings():  # under the simulator numba's own RNG module warns
+        warnings.filterwarnings("ignore", "The keyword argument 'nopython=False'")
+        from numba.cuda.random import (
+            xoroshiro128p_dtype,
+            xoroshiro128p_normal_float64,
+            xoroshiro128p_uniform_float64,
+        )
+
+    _jit = cuda.jit
+else:  # kernels stay plain functions; _launch reports why no GPU can run them
+    def _jit(**_):
+        return lambda fn: fn
+
+_SIM = on_simulator()
+THREADS = 32 if _SIM else 256  # threads per block: the simulator runs each as a Python thread
+MAX_BLOCKS = 2 if _SIM else 4096  # grid cap of elementwise kernels (enough to fill an H100)
+PART_BLOCKS = 2 if _SIM else 1024  # grid cap of random and reduction kernels
+ADD, SUB, MUL, DIV, RSUB, RDIV, MAX, RIGHT = range(8)
+SUM, MEAN, NORM = range(3)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+@_jit(device=True, cache=True)
+def _apply(code, x, y):
+    if code == ADD:
+        return x + y
+    if code == SUB:
+        return x - y
+    if code == MUL:
+        return x * y
+    if code == DIV:
+        return x / y
+    if code == RSUB:
+        return y - x
+    if code == RDIV:
+        return y / x
+    if code == MAX:
+        return y if x < y else x  # NaN stays NaN, as np.maximum
+    return y
+
+
+@_jit(cache=True)
+def _fill_kernel(out, value):
+    for i in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
+        out[i] = value
+
+
+@_jit(cache=True)
+def _scalar_kernel(out, a, s, code):
+    for i in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
+        out[i] = _apply(code, a[i], s)
+
+
+@_jit(cache=True)
+def _binary_kernel(out, a, b, code):
+    for i in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
+        out[i] = _apply(code, a[i], b[i])
+
+
+@_jit(cache=True)
+def _broadcast_kernel(out, a, b, code, shape, a_strides, b_strides):
+    n1, n2, n3 = shape[1], shape[2], shape[3]
+    for i in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
+        i3 = i % n3
+        rest = i // n3
+        i2 = i1 = 0
+        if n2 != 1:  # int64 division is slow on GPUs: skip it for the padding dims
+            i2 = rest % n2
+            rest = rest // n2
+        if n1 != 1:
+            i1 = rest % n1
+            rest = rest // n1
+        i0 = rest
+        ia = i0 * a_strides[0] + i1 * a_strides[1] + i2 * a_strides[2] + i3 * a_strides[3]
+        ib = i0 * b_strides[0] + i1 * b_strides[1] + i2 * b_strides[2] + i3 * b_strides[3]
+        out[i] = _apply(code, a[ia], b[ib])
+
+
+@_jit(device=True, cache=True)
+def _splitmix64(z):
+    z = (z ^ (z >> uint64(30))) * uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> uint64(27))) * uint64(0x94D049BB133111EB)
+    return z ^ (z >> uint64(31))
+
+
+@_jit(cache=True)
+def _random_kernel(out, states, seed, offset, scale, normal):
+    t = cuda.grid(1)
+    # Thread t takes positions 2t+1 and 2t+2 of seed's splitmix64 sequence: distinct threads
+    # never share a position, and splitmix64 is a bijection, so no two states are equal.
+    z = seed + uint64(2 * t + 1) * _GOLDEN
+    states[t]["s0"] = _splitmix64(z)
+    states[t]["s1"] = _splitmix64(z + _GOLDEN)
+    for i in range(t, out.shape[0], cuda.gridsize(1)):
+        if normal:
+            v = xoroshiro128p_normal_float64(states, t)
+        else:
+            v = xoroshiro128p_uniform_float64(states, t)
+        out[i] = offset + scale * v
+
+
+@_jit(device=True, cache=True)
+def _block_sum(buf, tid):
+    step = THREADS // 2
+    while step > 0:
+        if tid < step:
+            buf[tid] += buf[tid + step]
+        cuda.syncthreads()
+        step //= 2
+
+
+@_jit(cache=True)
+def _reduce_partial_kernel(a, partials, square):
+    buf = cuda.shared.array(THREADS, float64)
+    tid = cuda.threadIdx.x
+    acc = 0.0
+    for i in range(cuda.grid(1), a.shape[0], cuda.gridsize(1)):
+        v = float64(a[i])
+        acc += v * v if square else v
+    buf[tid] = acc
+    cuda.syncthreads()
+    _block_sum(buf, tid)
+    if tid == 0:
+        partials[cuda.blockIdx.x] = buf[0]
+
+
+@_jit(cache=True)
+def _reduce_final_kernel(partials, nparts, out, mode, count):
+    buf = cuda.shared.array(THREADS, float64)
+    tid = cuda.threadIdx.x
+    acc = 0.0
+    for i in range(tid, nparts, THREADS):
+        acc += partials[i]
+    buf[tid] = acc
+    cuda.syncthreads()
+    _block_sum(buf, tid)
+    if tid == 0:
+        total = buf[0]
+        if mode == MEAN:
+            total = total / count
+        elif mode == NORM:
+            total = math.sqrt(total)
+        out[0] = total
+
+
+# Why this tiling (numbers for 4096^3 float32 on an H100: FP32 non-tensor peak ~60 TFLOP/s,
+# HBM ~3 TB/s): the product is 2 * 4096^3 = 137 GFLOP, 2.3 ms at peak, while its compulsory
+# traffic (read A and B, write C: 201 MB) takes 0.07 ms, so it is compute-bound once the
+# on-chip traffic per FMA is small. The 16x16 one-output-per-thread tile (_small_matmul_kernel)
+# does 1 FMA per 2 shared loads and 8 FMAs per global (L2) load: 7.7 TFLOP/s. Here a thread's
+# ---- launching ---------------------------------------------------------------------------
+_SIM_LOCK = threading.Lock()
+
+
+def _launch(kernel, grid, block, stream, *args) -> None:
+    if cuda is None:
+        raise RuntimeError(device_error(0))
+    if _SIM:
+        with _SIM_LOCK:
+            kernel[grid, block, stream or 0](*args)
+    else:
+        kernel[grid, block, stream or 0](*args)
+
+
+def _blocks(n: int, cap: int) -> int:
+    return max(1, min(-(-n // THREADS), cap))
+
+
+def _flat(arr):
+    """arr as one dimension, made once per array object (pooled arrays are reused)."""
+    flat = arr.__dict__.get("_flat")
+    if flat is None:
+        flat = arr.__dict__["_flat"] = arr.reshape(arr.size)
+    return flat
+
+
+_RNG_STATES = PerStream(PART_BLOCKS * THREADS, xoroshiro128p_dtype if cuda else None)
+_PARTIALS = PerStream(PART_BLOCKS, np.float64)
+
+
+def _fill(out, value, stream) -> None:
+    flat = _flat(out)
+    if flat.size:
+        _launch(_fill_kernel, _blocks(flat.size, MAX_BLOCKS), THREADS, stream,
+                flat, out.dtype.type(value))
+
+
+def _broadcast_layout(shape, a_shape, b_shape):
+    """(shape, a_strides, b_strides) in elements, 4 dims, with runs of dims that index both
+    inputs alike merged, so that most broadcasts become 1-3 dims."""
+    ndim = len(shape)
+
+    def strides(s):
+        s = (1,) * (ndim - len(s)) + tuple(s)
+        out, acc = [0] * ndim, 1
+        for d in reversed(range(ndim)):
+            out[d] = acc if s[d] != 1 else 0
+            acc *= s[d]
+        return out
+
+    dims = []
+    for n, sa, sb in zip(shape, strides(a_shape), strides(b_shape), strict=True):
+        if n == 1:
+            continue
+        if dims and dims[-1][1] == sa * n and dims[-1][2] == sb * n:
+            dims[-1] = (dims[-1][0] * n, sa, sb)
+        else:
+            dims.append((n, sa, sb))
+    if len(dims) > 4:
+        raise NotImplementedError(f"broadcasting {a_shape} with {b_shape} needs {len(dims)} "
+                                  f"dims after merging; the GPU kernel takes 4")
+    dims = [(1, 0, 0)] * (4 - len(dims)) + dims
+    return tuple(zip(*dims, strict=True))
+
+
+def _launch_broadcast(out_flat, a, b, code, shape, a_shape, b_shape, stream) -> None:
+    layout = _broadcast_layout(shape, a_shape, b_shape)
+    _launch(_broadcast_kernel, _blocks(out_flat.size, MAX_BLOCKS), THREADS, stream,
+            out_flat, a, b, code, *layout)
+
+
+# ---- the ops -----------------------------------------------------------------------------
+def _constant(value):
+    return lambda inputs, out, attrs, stream: _fill(out, value(attrs), stream)
+
+
+def _random(normal: bool):
+    def run(inputs, out, attrs, stream):
+        flat = _flat(out)
+        if not flat.size:
+            return
+        if normal:
+            offset, scale = attrs.get("loc", 0.0), attrs.get("scale", 1.0)
+        else:
+            offset = attrs.get("low", 0.0)
+            scale = attrs.get("high", 1.0) - offset
+        seed = np.uint64(int(attrs.get("seed", 0)) & 0xFFFFFFFFFFFFFFFF)
+        args = (flat, _RNG_STATES.get(stream), seed, out.dtype.type(offset),
+                out.dtype.type(scale), normal)
+        quiet = warnings.catch_warnings() if _SIM else contextlib.nullcontext()
+        with quiet:  # the simulator runs uint64 hashing on numpy scalars, which warn on wrap
+            if _SIM:
+                warnings.filterwarnings("ignore", "overflow encountered", RuntimeWarning)
+            _launch(_random_kernel, _blocks(flat.size, PART_BLOCKS), THREADS, stream, *args)
+    return run
+
+
+def _binary(code):
+    def run(inputs, out, attrs, stream):
+        a, b = inputs
+        if not out.size:
+            return
+        if a.shape == b.shape == out.shape:
+            _launch(_binary_kernel, _blocks(out.size, MAX_BLOCKS), THREADS, stream,
+                    _flat(out), _flat(a), _flat(b), code)
+        else:
+            _launch_broadcast(_flat(out), _flat(a), _flat(b), code, out.shape, a.shape, b.shape,
+                              stream)
+    return run
+
+
+def _with_scalar(code, scalar=None):
+    def run(inputs, out, attrs, stream):
+        if out.size:
+            s = out.dtype.type(attrs["scalar"] if scalar is None else scalar)
+            _launch(_scalar_kernel, _blocks(out.size, MAX_BLOCKS), THREADS, stream,
+                    _flat(out), _flat(inputs[0]), s, code)
+    return run
+
+
+def _reduce(mode):
+    def run(inputs, out, attrs, stream):
+        a = _flat(inputs[0])
+        if not a.size:
+            _fill(out, math.nan if mode == MEAN else 0.0, stream)
+            return
+        blocks = _blocks(a.size, PART_BLOCKS)
+        partials = _PARTIALS.get(stream)
+        _launch(_reduce_partial_kernel, blocks, THREADS, stream, a, partials, mode == NORM)
+        _launch(_reduce_final_kernel, 1, THREADS, stream, partials, blocks, _flat(out), mode,
+                float(a.size))
+    return run
+
+
+def _dot(inputs, out, attrs, stream):
+    a, b = inputs
+    a2 = a.reshape(1, a.shape[0]) if a.ndim == 1 else a
+    b2 = b.reshape(b.shape[0], 1) if b.ndim == 1 else b
+    n, m = a2.shape[0], b2.shape[1]
+    if not n * m:
+        return
+    if not a2.shape[1]:
+        _fill(out, 0.0, stream)
+        return
+    kernel, grid, block = matmul_launch(n, m)
+    _launch(kernel, grid, block, stream, a2, b2, out.reshape(n, m), out.dtype.type(0))
+
+
+def _rows(arr, attrs):
+    """Rows start:stop of arr's first axis, as a flat contiguous view."""
+    row = prod(arr.shape[1:])
+    return _flat(arr)[attrs["start"] * row:attrs["stop"] * row]
+
+
+def _copy(inputs, out, attrs, stream):
+    if out.size:
+        _flat(out).copy_to_device(_flat(inputs[0]), stream=stream or 0)
+
+
+def _slice(inputs, out, attrs, stream):
+    if out.size:
+        _flat(out).copy_to_device(_rows(inputs[0], attrs), stream=stream or 0)
+
+
+def _setitem(inputs, out, attrs, stream):
+    src = inputs[1]
+    target = _rows(out, attrs)
+    if not target.size:
+        return
+    if src.size == target.size:  # a valid broadcast of equal size is the same flat layout
+        target.copy_to_device(_flat(src), stream=stream or 0)
+    else:
+        shape = (attrs["stop"] - attrs["start"],) + tuple(out.shape[1:])
+        _launch_broadcast(target, target, _flat(src), RIGHT, shape, shape, src.shape, stream)
+
+
+def _setitem_scalar(inputs, out, attrs, stream):
+    _fill(_rows(out, attrs), attrs["scalar"], stream)
+
+
+GPU_KERNELS = {
+    "ones": _constant(lambda attrs: 1.0),
+    "zeros": _constant(lambda attrs: 0.0),
+    "full": _constant(lambda attrs: attrs["value"]),
+    "uniform": _random(normal=False),
+    "normal": _random(normal=True),
+    "add": _binary(ADD),
+    "sub": _binary(SUB),
+    "mul": _binary(MUL),
+    "div": _binary(DIV),
+    "add_scalar": _with_scalar(ADD),
+    "sub_scalar": _with_scalar(SUB),
+    "rsub_scalar": _with_scalar(RSUB),
+    "mul_scalar": _with_scalar(MUL),
+    "div_scalar": _with_scalar(DIV),
+    "rdiv_scalar": _with_scalar(RDIV),
+    "relu": _with_scalar(MAX, scalar=0.0),
+    "copy": _copy,
+    "dot": _dot,
+    "sum": _reduce(SUM),
+    "mean": _reduce(MEAN),
+    "norm": _reduce(NORM),
+    "slice": _slice,
+    "setitem": _setitem,
+    "setitem_scalar": _setitem_scalar,
+}
