@@ -16,7 +16,7 @@ The frontend walks `program.instrs`, one SimPy generator:
   `Mark` opens or closes a benchmark region.
 
 Pricing: an op by `profile.rule` on its lane and `profile.issue_rule` on the frontend (t1 where
-it has no rule); a binary op whose operands differ in shape (`BINARY`, broadcasting) by the
+it has no rule); a binary op whose operands differ in shape (`ops.BROADCASTING`) by the
 profile's "broadcast" costs where it has them. An op on a GPU costs the frontend
 `profile.gpu_issue` more, and the first op issued `profile.startup` more (a fresh engine: code
 and threads that never ran). Prices are cached per op name, devices and broadcasting.
@@ -33,11 +33,11 @@ from __future__ import annotations
 import simpy
 
 from asyncsim.model.profile import is_link_copy
+from asyncsim.nd.ops import BROADCASTING
 from asyncsim.nd.program import Free, Mark, Op, Sync
 from asyncsim.nd.trace import Span
 
 FRONTEND = "frontend"
-BINARY = frozenset({"add", "sub", "mul", "div"})  # the ops that broadcast their operands
 
 
 class FrontendProcess:
@@ -128,8 +128,8 @@ class FrontendProcess:
     def _prepare(self, op: Op) -> tuple[float, simpy.Store]:
         """Price `op` and pick its lane queue (cached per op name and devices); return its issue
         cost and that queue."""
-        broadcast = op.name in BINARY and self._broadcast(op)
-        key = (op.name, op.device, op.attrs.get("src"), broadcast)
+        broadcast = op.name in BROADCASTING and self._broadcast(op)
+        key = (op.name, op.device, op.attrs.get("src"), broadcast, op.attrs.get("graph"))
         rule = self.rules.get(key)
         if rule is None:
             rule = self.rules[key] = self._rule(op, broadcast)

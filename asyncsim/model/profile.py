@@ -73,7 +73,7 @@ from asyncsim.model.cost import (
     device_kind,
     is_link_copy,
 )
-from asyncsim.nd.ops import OPS
+from asyncsim.nd.ops import BROADCASTING, OPS
 
 _SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int, "gpus": int,
             "free": float, "dispatch": float, "wake": float, "gil": float, "release": float,
@@ -126,6 +126,11 @@ class Profile:
                 raise ProfileError(f"profile {self.name!r} has no link {key!r} for {op.name} "
                                    f"(it has: {', '.join(self.links) or 'none'})")
             return key, self.links[key]
+        if op.name == "graph":  # a hybridized block: its ops back to back, issued once
+            graph = op.attrs["graph"]
+            seconds = sum(self.cost(m, m.name in BROADCASTING and graph.broadcasts(m))
+                          for m in graph.ops)
+            return "graph", Cost(latency=seconds)
         kind = device_kind(op.device)
         keys = (f"{kind}:{op.name}", f"{kind}:{OPS[op.name].group}", f"{kind}:*")
         for key in (f"{kind}:{BROADCAST}", *keys) if broadcast else keys:

@@ -31,6 +31,9 @@ waiting in a blocker whose condition each finished op tests (`profile.recheck`),
 with a frontend that spins in its blockers, and memory-bound kernels crowding each other
 (`Cost.crowd`).
 
+Workers: a CPU worker process per `profile.workers`, but no more than the program has ops (the
+others would never get one; see `_worker_processes`).
+
 Not modelled: an op's own threads (its cost is taken to include whatever threads it uses; the
 calibrated costs are measured with the workers and BLAS threads of the run), the first touch of
 fresh memory (page faults), caches that a kernel leaves cold for the Python work after it,
@@ -46,13 +49,13 @@ import simpy
 
 from asyncsim.model import host
 from asyncsim.model.deps import DepTracker
-from asyncsim.model.issue import BINARY, FRONTEND, FrontendProcess
+from asyncsim.model.issue import FRONTEND, FrontendProcess
 from asyncsim.model.profile import Profile, ProfileError, device_kind
 from asyncsim.nd.program import Op, Program
 from asyncsim.nd.record import check_workload, record
 from asyncsim.nd.trace import Span, Trace
 
-__all__ = ["BINARY", "FRONTEND", "MODES", "predict", "simulate"]
+__all__ = ["FRONTEND", "MODES", "predict", "simulate"]
 
 MODES = ("async", "sync")
 
@@ -101,7 +104,7 @@ class _Model(FrontendProcess):
         self.host = host.Host(self, profile, mode) if profile.contended else None
         self.gil = self.host.gil if self.host else None
         self.pool = self.host.queue if self.host else _Queue(env)
-        for k in range(profile.workers):
+        for k in range(_worker_processes(program, profile)):
             worker = self.host.worker if self.host else self._worker
             env.process(worker(f"cpu/w{k}", self.pool, False))
         self.streams = {}
@@ -183,6 +186,15 @@ class _Model(FrontendProcess):
         if device is not None:
             self.live[device] -= nbytes
             self.memory.append((self.env.now, device, self.live[device]))
+
+
+def _worker_processes(program: Program, profile: Profile) -> int:
+    """How many CPU worker processes to start: `profile.workers`, but no more than the program
+    has ops. An idle worker waits in the ready queue's line (or the host's sleepers) and each op
+    takes the first in line, so with more workers than ops the last ones never run anything:
+    leaving them out changes no span, and `--set workers=1000000000` stays a small model."""
+    ops = sum(1 for instr in program.instrs if isinstance(instr, Op))
+    return min(profile.workers, max(1, ops))
 
 
 def _check_devices(program: Program, profile: Profile) -> None:

@@ -22,12 +22,16 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import operator
 from dataclasses import dataclass
 
 import numpy as np
 
-from asyncsim.nd import ops
+from asyncsim.nd import autograd, ops
+from asyncsim.nd.functions import Functions
 from asyncsim.nd.program import Op, Var
+
+_TAPE = autograd.STATE  # read once per op: is autograd recording?
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +82,12 @@ class NDArray:
     `device` is the memory-pool name of `ctx` ("cpu", "gpu0"), kept so the push path reads a
     slot instead of calling `Context.device` per op."""
 
-    __slots__ = ("nd", "var", "shape", "dtype", "ctx", "device", "nbytes", "__weakref__")
+    __slots__ = ("nd", "var", "shape", "dtype", "ctx", "device", "nbytes", "_node", "_grad",
+                 "__weakref__")
+
+    # numpy must not broadcast its ufuncs over NDArrays (it would build object arrays of them):
+    # `nd_array + numpy_array` raises TypeError instead; move data with nd.array(...) first
+    __array_ufunc__ = None
 
     def __init__(self, nd: ND, var: int, shape: tuple[int, ...], dtype: str, ctx: Context,
                  device: str, nbytes: int):
@@ -89,6 +98,8 @@ class NDArray:
         self.ctx = ctx
         self.device = device
         self.nbytes = nbytes
+        self._node = None  # autograd: (op name, inputs, attrs) of the op that made it, recorded
+        self._grad = None  # autograd: the gradient buffer attach_grad() made
 
     def __del__(self):
         # try/except rather than contextlib.suppress: this runs once per op and costs nothing
@@ -112,7 +123,17 @@ class NDArray:
         return len(self.shape)
 
     def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d NDArray")
         return self.shape[0]
+
+    def __bool__(self) -> bool:
+        if self.size != 1:
+            raise ValueError(f"the truth value of an NDArray of shape {self.shape} is ambiguous "
+                             f"(use .item() on a one-element array)")
+        return self.item() != 0.0
+
+    __hash__ = object.__hash__  # `==` is elementwise, as MXNet's; identity stays the hash
 
     # -- arithmetic ----------------------------------------------------------------------------
     # each operator comes from `_arithmetic` (above): one Python call per `a + b`
@@ -130,17 +151,60 @@ class NDArray:
     def __neg__(self):
         return self.nd._same("mul_scalar", (self,), {"scalar": -1.0})
 
-    def sum(self):
-        return self.nd._op("sum", (self,), {})
+    def __eq__(self, other):
+        if isinstance(other, NDArray):
+            return self.nd._op("equal", (self, other), {})
+        if isinstance(other, int | float | np.number):
+            return self.nd._op("equal", (self, self.nd.full((), other, self.ctx, self.dtype)), {})
+        return NotImplemented
 
-    def mean(self):
-        return self.nd._op("mean", (self,), {})
+    def sum(self, axis=None, keepdims=False):
+        return self.nd.sum(self, axis, keepdims)
+
+    def mean(self, axis=None, keepdims=False):
+        return self.nd.mean(self, axis, keepdims)
 
     def norm(self):
         return self.nd._op("norm", (self,), {})
 
     def relu(self):
         return self.nd._same("relu", (self,), {})
+
+    def argmax(self, axis=None):
+        return self.nd.argmax(self, axis)
+
+    def reshape(self, *shape):
+        return self.nd.reshape(self, shape[0] if len(shape) == 1 else shape)
+
+    def flatten(self):
+        return self.nd.flatten(self)
+
+    def astype(self, dtype):
+        return self.nd._op("cast", (self,), {"dtype": str(np.dtype(dtype))})
+
+    def softmax(self, axis=-1):
+        return self.nd.softmax(self, axis)
+
+    # -- autograd ------------------------------------------------------------------------------
+    def attach_grad(self, grad_req: str = "write") -> None:
+        """Give this array a gradient buffer (zeros): a leaf of the next `backward()`."""
+        if grad_req != "write":
+            raise ValueError(f"attach_grad: grad_req {grad_req!r} is not supported (use 'write')")
+        self._grad = self.nd.zeros(self.shape, ctx=self.ctx, dtype=self.dtype)
+        self._node = None
+
+    @property
+    def grad(self):
+        return self._grad
+
+    def backward(self, out_grad=None, retain_graph: bool = False) -> None:
+        """Issue the gradient ops of what was recorded up to this array (see `autograd`)."""
+        autograd.backward(self, out_grad, retain_graph)
+
+    def detach(self) -> NDArray:
+        """A copy that autograd does not follow."""
+        with autograd.pause(autograd.is_training()):
+            return self.copy()
 
     # -- first-axis indexing -------------------------------------------------------------------
     def _rows(self, key) -> dict:
@@ -200,6 +264,8 @@ class NDArray:
         return self.item()
 
     def __repr__(self) -> str:
+        if self.nd._symbolic:  # a symbol of a hybridized block's trace has no values
+            return f"<Symbol {self.nd._backend.graph.names.get(self.var, self.var)}>"
         values = self.nd._backend.sync("print", self.var)
         return f"\n{values}\n<NDArray {'x'.join(map(str, self.shape)) or 'scalar'} @{self.ctx}>"
 
@@ -217,10 +283,12 @@ class _Random:
         return self._nd._create("normal", shape, ctx, dtype, loc=float(loc), scale=float(scale))
 
 
-class ND:
-    """MXNet's `nd` namespace over a backend: what a workload function receives."""
+class ND(Functions):
+    """MXNet's `nd` namespace over a backend: what a workload function receives. The functions
+    of layers and losses (Convolution, Pooling, softmax, ...) come from `Functions`."""
 
     NDArray = NDArray
+    _symbolic = False  # True for the nd of a hybridize trace (`asyncsim.nd.jit`)
 
     def __init__(self, backend, seed: int = 0, device: str = "cpu"):
         if device not in ("cpu", "gpu"):
@@ -233,6 +301,10 @@ class ND:
         self._op_ids = itertools.count()
         self._seed = seed
         self.random = _Random(self)
+
+    def __repr__(self) -> str:
+        describe = getattr(self._backend, "describe", None)
+        return describe or f"<nd over {type(self._backend).__name__}>"
 
     # -- contexts ------------------------------------------------------------------------------
     def cpu(self, i: int = 0) -> Context:
@@ -250,7 +322,7 @@ class ND:
 
     # -- creation ------------------------------------------------------------------------------
     def _create(self, name, shape, ctx, dtype, **attrs):
-        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        shape = _shape(name, shape)
         return self._op(name, (), {"shape": shape, "dtype": str(np.dtype(dtype)), **attrs},
                         ctx=ctx or self._default)
 
@@ -264,16 +336,24 @@ class ND:
         return self._create("full", shape, ctx, dtype, value=float(val))
 
     def array(self, source, ctx=None, dtype="float32"):
-        host = np.ascontiguousarray(source, dtype=ops.check_dtype("array", np.dtype(dtype).name))
+        if isinstance(source, NDArray):
+            source = source.asnumpy()
+        # a copy taken now: the op runs later, and the caller may change `source` meanwhile
+        host = np.array(source, dtype=ops.check_dtype("array", np.dtype(dtype).name), order="C",
+                        copy=True)
         return self._op("array", (), {"shape": host.shape, "dtype": str(host.dtype)},
                         ctx=ctx or self._default, host=host)
 
     # -- functions -----------------------------------------------------------------------------
-    def dot(self, a: NDArray, b: NDArray) -> NDArray:
-        return self._op("dot", (a, b), {})
-
     def relu(self, a: NDArray) -> NDArray:
         return self._op("relu", (a,), {})
+
+    def invoke(self, name: str, *inputs, out=None, **attrs) -> NDArray:
+        """Issue op `name` of `asyncsim.nd.ops` on `inputs` with `attrs` (into `out` for an
+        in-place op): how gradients and layers reach ops that have no method of their own."""
+        if name in ops.INPLACE and out is None:
+            out = inputs[0]
+        return self._op(name, tuple(inputs), attrs, out=out)
 
     def waitall(self) -> None:
         self._backend.sync("waitall", None)
@@ -346,7 +426,10 @@ class ND:
         reads = (first.var,) if len(inputs) == 1 else (first.var, inputs[1].var)
         op = Op(op_id, name, reads, var, True, device, attrs, flops, nbytes * (1 + len(inputs)))
         self._backend.issue(op, Var(var, shape, dtype, device, nbytes), None)
-        return NDArray(self, var, shape, dtype, first.ctx, device, nbytes)
+        result = NDArray(self, var, shape, dtype, first.ctx, device, nbytes)
+        if _TAPE.recording:
+            autograd.note(result, name, inputs, attrs)
+        return result
 
     def _build(self, op_id, name, inputs, attrs, ctx, device, shape, dtype, nbytes, in_bytes,
                flops, out, host) -> NDArray:
@@ -364,7 +447,27 @@ class ND:
             var, new = out.var, None
         reads = (inputs[0].var,) if len(inputs) == 1 else tuple([a.var for a in inputs])
         op = Op(op_id, name, reads, var, out is None, device, attrs, flops, nbytes + in_bytes)
-        self._backend.issue(op, new, host)
         if out is not None:
+            if _TAPE.recording:  # before the issue: a refused in-place write must not run
+                autograd.note(out, name, inputs, attrs)
+            self._backend.issue(op, new, host)
             return out
-        return NDArray(self, var, shape, dtype, ctx, device, nbytes)
+        self._backend.issue(op, new, host)
+        result = NDArray(self, var, shape, dtype, ctx, device, nbytes)
+        if _TAPE.recording:
+            autograd.note(result, name, inputs, attrs)
+        return result
+
+
+def _shape(name: str, shape) -> tuple[int, ...]:
+    """A shape given as an int or a sequence of ints (numpy's integers too), as a tuple of ints;
+    a TypeError naming the op otherwise."""
+    items = (shape,) if isinstance(shape, int | np.integer) else shape
+    try:
+        items = tuple(items)
+        if any(isinstance(s, bool) for s in items):
+            raise TypeError
+        return tuple(operator.index(s) for s in items)
+    except TypeError:
+        raise TypeError(f"{name}: shape must be an int or a sequence of ints, got {shape!r:.60}")\
+            from None

@@ -8,7 +8,8 @@ printed. `get(name)` looks one up. Modules group the workloads by chapter:
 - `memory`: 12.2.4 / 8.2.4 (memory with and without a per-batch blocker, ex. 2 and ex. 3)
 - `auto_parallel`: 8.3 (CPU and GPU together, compute and copy overlapped, its exercises)
 - `pytorch_async`: the PyTorch edition's page (GPU warm-up, dependency, 10000-step loop)
-- `compute_perf`: 8.1 (imperative MLP) and 8.4 (allreduce, split_and_load)
+- `training`: 8.1 (hybridize), 8.2.4's training loop and 12.2.4's recorded loop (Gluon)
+- `compute_perf`: 8.4 (allreduce, split_and_load)
 
 Usage: `asyncsim.record(get('sync_vs_async').workload, **get('sync_vs_async').quick)`, or
 `get(name).record(quick=True)`.
@@ -18,7 +19,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from asyncsim.lab.scenarios import async_compute, auto_parallel, compute_perf, memory, pytorch_async
+from asyncsim.lab.scenarios import (
+    async_compute,
+    auto_parallel,
+    compute_perf,
+    memory,
+    pytorch_async,
+    training,
+)
 from asyncsim.lab.scenarios.base import DEVICES, Scenario, UnknownScenarioError
 
 __all__ = ["DEVICES", "MEASURE", "SCENARIOS", "Scenario", "UnknownScenarioError", "get", "names"]
@@ -43,7 +51,7 @@ MEASURE = {
 
 def _collect() -> dict[str, Scenario]:
     table: dict[str, Scenario] = {}
-    for module in (async_compute, memory, auto_parallel, pytorch_async, compute_perf):
+    for module in (async_compute, memory, auto_parallel, pytorch_async, training, compute_perf):
         for scenario in module.SCENARIOS:
             if scenario.name in MEASURE:
                 scenario = replace(scenario, measure=MEASURE[scenario.name])

@@ -1,7 +1,5 @@
-"""The rest of D2L Chinese chapter 8 (seed 003) that the `nd` surface can express today.
+"""8.4's data-parallelism helpers from D2L Chinese chapter 8 (seed 003); 8.1 is in `training`.
 
-- 8.1 times 1000 forward passes of a small MLP before and after `hybridize()`. The frontend has
-  no hybridize yet, so only the imperative half ('before hybridizing') is a workload.
 - 8.4 builds data parallelism from `allreduce` and `split_and_load`; both helpers are here with
   the chapter's demo data. `data[0].copyto(data[i])` (a copy into an existing array) is written
   `data[i][:] = data[0].copyto(data[i].context)`, and `nd.arange(24).reshape((6, 4))` is an
@@ -17,19 +15,6 @@ from math import prod
 import numpy
 
 from asyncsim.lab.scenarios.base import Scenario
-from asyncsim.lab.scenarios.memory import get_net
-
-
-def imperative_mlp(nd, n=1000, num_inputs=512, num_hiddens=(256, 128), num_outputs=2):
-    """8.1.2: `_ = net(x)` n times on one example, then `nd.waitall()`, without hybridize."""
-    net = get_net(nd, num_inputs, num_hiddens, num_outputs)
-    x = nd.random.normal(shape=(1, num_inputs))
-    net(x)  # the chapter runs the net once before timing it
-
-    with nd.benchmark('before hybridizing'):
-        for _ in range(n):
-            _ = net(x)
-        nd.waitall()  # wait for every computation so the timing is complete
 
 
 def allreduce(data):
@@ -69,15 +54,6 @@ def multi_gpu_helpers(nd, num_gpus=2, shape=(1, 2), batch_shape=(6, 4)):
 _ZH8 = "003_3c45022c8209ddba.txt"
 
 SCENARIOS = [
-    Scenario(
-        "imperative_mlp", imperative_mlp,
-        dict(n=1000, num_inputs=512, num_hiddens=(256, 128), num_outputs=2),
-        dict(n=3, num_inputs=8, num_hiddens=(4, 4), num_outputs=2),
-        "1000 forward passes of a 512-256-128-2 MLP on one example, imperative "
-        "(the hybridized half is not modelled)",
-        f"8.1.2 ({_ZH8})", ("before hybridizing",),
-        book={"before hybridizing": 0.4943}, book_source=f"{_ZH8} 8.1.2",
-        book_note="after hybridizing: 0.2053 s (no hybridize() in the frontend yet)"),
     Scenario(
         "multi_gpu_helpers", multi_gpu_helpers,
         dict(num_gpus=2, shape=(1, 2), batch_shape=(6, 4)),

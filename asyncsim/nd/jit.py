@@ -1,0 +1,163 @@
+"""hybridize's JIT: trace a forward function once into a `Graph`, then issue it as one op.
+
+`trace(fn, name, inputs, params)` runs `fn` once on *symbols*: NDArrays of an `nd` whose backend
+(`Tracer`) writes the ops down instead of running them, as MXNet's Symbol API does when a
+HybridBlock is first called after `hybridize()`. The Python in `fn` runs then and only then (the
+chapter's prints appear once); a blocker (`asnumpy`, `wait_to_read`, `item`), an in-place write
+(`a += b`, `a[:] = ...`) or host data (`nd.array`) inside it fails with a `HybridizeError` naming
+the block, since a symbol has no value and a graph has no side effects. `print(symbol)` shows
+`<Symbol name>`.
+
+The `Graph` is then issued as op "graph" of `asyncsim.nd.ops` with the block's input and its
+parameters as inputs: one push, one issue cost (t1) in the model, one kernel call on a worker
+that runs the graph's kernels in order with no frontend, no dependency tracking and no
+Python dispatch per op in between (realexec's `graph` kernel). The model prices it as the sum of
+its ops' costs. A graph is traced per input shape, dtype and device, as MXNet's CachedOp infers.
+Assumptions: one output array; the parameters' shapes are known after the trace (deferred
+initialisation happens during it, on the real `nd`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from asyncsim.nd.ops import ShapeError
+from asyncsim.nd.program import Op, Var
+
+
+class HybridizeError(RuntimeError):
+    """Something a hybridized block cannot do: it has no values while it is traced."""
+
+
+@dataclass(eq=False)
+class Graph:
+    """The ops of one traced forward, over vars of its own numbering."""
+
+    name: str
+    inputs: tuple[int, ...]  # the vars the op's inputs bind to: the data, then the parameters
+    in_shapes: tuple[tuple[int, ...], ...]
+    ops: list[Op] = field(default_factory=list)
+    vars: dict[int, Var] = field(default_factory=dict)
+    output: int = -1
+    names: dict[int, str] = field(default_factory=dict)  # symbol names, for printing
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return self.vars[self.output].shape
+
+    @property
+    def flops(self) -> float:
+        return sum(op.flops for op in self.ops)
+
+    def check(self, shapes) -> None:
+        if tuple(shapes) != self.in_shapes:
+            raise ShapeError(f"{self.name}: the hybridized graph was traced for inputs "
+                             f"{self.in_shapes}, got {tuple(shapes)}")
+
+    def broadcasts(self, op: Op) -> bool:
+        """Whether a binary member op's operands differ in shape (priced as broadcasting)."""
+        shapes = {self.vars[v].shape for v in op.reads}
+        return len(shapes) > 1 or self.vars[op.out].shape not in shapes
+
+    def __repr__(self) -> str:
+        return f"Graph({self.name!r}: {len(self.ops)} ops, output {self.out_shape})"
+
+
+class Tracer:
+    """The backend of a symbolic `nd`: it writes the ops of one trace into a Graph. The real
+    backend and `nd` are kept so that blocks can create their parameters for real while being
+    traced (deferred initialisation) and so devices are checked as the real run will."""
+
+    def __init__(self, name: str, real_nd):
+        self.name = name
+        self.real_nd = real_nd
+        self.graph = Graph(name, (), ())
+        self.counts: dict[str, itertools.count] = {}
+        self.describe = f"<nd symbols: tracing {name}>"
+        self.nd = None  # the symbolic nd, set by `trace`
+        self.bound: list[tuple[object, int]] = []  # (parameter key, var) in first-use order
+        self.by_key: dict[int, object] = {}
+
+    def check_device(self, device: str) -> None:
+        self.real_nd._backend.check_device(device)
+
+    def symbol(self, real, name: str, key=None):
+        """A symbol standing for the real array `real` (a parameter when `key` is given: one
+        symbol per key, bound as an input of the graph in first-use order)."""
+        from asyncsim.nd.frontend import NDArray
+
+        if key is not None and id(key) in self.by_key:
+            return self.by_key[id(key)]
+        F = self.nd
+        var = next(F._var_ids)
+        self.graph.vars[var] = Var(var, real.shape, real.dtype, real.device, real.nbytes)
+        self.graph.names[var] = name
+        sym = NDArray(F, var, real.shape, real.dtype, real.ctx, real.device, real.nbytes)
+        if key is not None:
+            self.by_key[id(key)] = sym
+            self.bound.append((key, var))
+        return sym
+
+    def issue(self, op, out_var, host) -> None:
+        if host is not None:
+            raise HybridizeError(f"{self.name}: nd.array inside a hybridized block; pass data in "
+                                 f"as an input instead")
+        if not op.fresh:
+            raise HybridizeError(f"{self.name}: the in-place operation {op.name} cannot be "
+                                 f"hybridized; write `a = a + b` instead of `a += b` or "
+                                 f"`a[:] = ...`")
+        self.graph.vars[out_var.id] = out_var
+        count = next(self.counts.setdefault(op.name, itertools.count()))
+        self.graph.names[out_var.id] = f"{self.name.lower()}_{op.name}{count}"
+        self.graph.ops.append(op)
+
+    def sync(self, kind: str, var):
+        raise HybridizeError(f"{self.name}: {kind} inside a hybridized block: a symbol has no "
+                             f"value while the block is traced (remove it, or do not hybridize)")
+
+    def free(self, var: int) -> None:
+        return None
+
+    def mark(self, label: str, begin: bool) -> None:
+        return None
+
+
+def trace(fn, name: str, inputs: list):
+    """Run `fn(F, *symbols)` once on symbols standing for the real arrays `inputs` and return
+    (its Graph, the keys of the parameters it bound, in the order the graph takes them)."""
+    from asyncsim.nd.frontend import ND, NDArray
+
+    real_nd = inputs[0].nd
+    tracer = Tracer(name, real_nd)
+    F = ND(tracer, seed=real_nd._seed)
+    F._symbolic = True
+    tracer.nd = F
+    data = [tracer.symbol(x, "data" if i == 0 else f"data{i}") for i, x in enumerate(inputs)]
+    out = fn(F, *data)
+    if isinstance(out, list | tuple):
+        raise HybridizeError(f"{name}: a hybridized block must return one array, "
+                             f"got {len(out)}")
+    if not isinstance(out, NDArray) or out.nd is not F:
+        raise HybridizeError(f"{name}: a hybridized block must return an array computed from "
+                             f"its input, got {out!r:.60}")
+    bound = [s.var for s in data] + [var for _, var in tracer.bound]
+    if out.var in bound:  # the graph must write a fresh output
+        out = F.invoke("copy", out)
+    graph = tracer.graph
+    graph.inputs = tuple(bound)
+    graph.in_shapes = tuple(graph.vars[v].shape for v in bound)
+    graph.output = out.var
+    return graph, [key for key, _ in tracer.bound]
+
+
+def replay(graph: Graph, nd, inputs: list):
+    """Issue the graph's ops one by one through `nd` (so autograd records them): what a
+    hybridized block does inside `autograd.record()`. Returns the output array."""
+    arrays = dict(zip(graph.inputs, inputs, strict=True))
+    for op in graph.ops:
+        arrays[op.out] = nd._op(op.name, tuple(arrays[v] for v in op.reads), dict(op.attrs))
+    return arrays[graph.output]
+
+
+__all__ = ["Graph", "HybridizeError", "Tracer", "replay", "trace"]

@@ -1,0 +1,88 @@
+"""The op vocabulary: the one place an op is defined, with its gradient beside it.
+
+Every op the `nd` frontend can issue is an `OpDef` (`base`) in one of the tables: `tensor`
+(creation, arithmetic, dot, reductions, reshapes, in-place updates), `nn` (convolution, pooling,
+softmax, cross-entropy, batch norm) and `graph` (a hybridized block run as one op). Both halves
+use this: `asyncsim.record` to describe a program without data, `realexec` to pick a kernel by
+`name`, the model to price an op by name or `group`, autograd to find an op's gradient.
+
+Units: shapes are tuples of ints, bytes are bytes, flops are floating-point operations (a
+multiply-add counts two). Dtypes are numpy dtype names; float32 is the default, as in MXNet.
+"""
+
+from __future__ import annotations
+
+from asyncsim.nd.ops import graph, nn, tensor
+from asyncsim.nd.ops.base import (
+    DTYPES,
+    ITEMSIZE,
+    OpDef,
+    Shape,
+    ShapeError,
+    broadcast,
+    per_element,
+    size,
+)
+
+OPS: dict[str, OpDef] = {d.name: d for d in (*tensor.DEFS, *nn.DEFS, *graph.DEFS)}
+
+# An op whose name is here writes its first input in place (out var == input 0).
+INPLACE = tensor.INPLACE | nn.INPLACE
+
+# Ops whose output, when all their inputs have one shape and dtype, has that shape and dtype and
+# costs one flop per element (binary and scalar arithmetic, relu, copies): the frontend's fast
+# path (`ND._same`) builds them without calling `infer` and `flops`.
+SAME_SHAPE = frozenset(d.name for d in OPS.values()
+                       if d.flops is per_element and d.arity >= 1 and d.name not in INPLACE
+                       and d.name not in ("broadcast_to", "relu_grad", "equal"))
+
+# Binary ops whose operands may differ in shape (numpy's broadcasting): priced as such.
+BROADCASTING = frozenset({"add", "sub", "mul", "div", "equal"})
+
+# The largest array the frontend accepts: its bytes must fit numpy's index type.
+MAX_BYTES = 2**62
+
+
+def check_dtype(name: str, dtype: str) -> str:
+    dtype = str(dtype)
+    if dtype not in DTYPES:
+        raise ShapeError(f"{name}: dtype {dtype!r} is not supported (use one of {DTYPES})")
+    return dtype
+
+
+def infer(name: str, shapes: tuple[Shape, ...], dtypes: tuple[str, ...],
+          attrs: dict) -> tuple[Shape, str]:
+    """Output (shape, dtype) of op `name`, or a ShapeError naming the op and shapes."""
+    try:
+        d = OPS[name]
+    except KeyError:
+        raise ShapeError(f"unknown op {name!r}; known ops: {', '.join(OPS)}") from None
+    if d.arity >= 0 and len(shapes) != d.arity:
+        raise ShapeError(f"{name}: takes {d.arity} array input(s) (got {len(shapes)})")
+    if len(set(dtypes)) > 1 and name != "graph":
+        raise ShapeError(f"{name}: inputs have different dtypes {dtypes}")
+    if name == "cast":
+        dtype = check_dtype(name, attrs["dtype"])
+    else:
+        dtype = dtypes[0] if dtypes else check_dtype(name, attrs.get("dtype", "float32"))
+    if d.arity == 0:
+        shape = tuple(attrs["shape"])
+        if any((not isinstance(s, int)) or s < 0 for s in shape):
+            raise ShapeError(f"{name}: shape {shape} must be non-negative ints")
+    shape = d.shape(shapes, attrs)
+    if size(shape) * ITEMSIZE[dtype] > MAX_BYTES:
+        raise ShapeError(f"{name}: an array of shape {shape} and dtype {dtype} is too large "
+                         f"({size(shape) * ITEMSIZE[dtype]:.3g} bytes)")
+    return shape, dtype
+
+
+def nbytes(shape: Shape, dtype: str) -> int:
+    return size(shape) * ITEMSIZE[dtype]
+
+
+def flops(name: str, shapes: tuple[Shape, ...], out: Shape) -> float:
+    return OPS[name].flops(shapes, out)
+
+
+__all__ = ["BROADCASTING", "DTYPES", "INPLACE", "ITEMSIZE", "MAX_BYTES", "OPS", "SAME_SHAPE",
+           "OpDef", "Shape", "ShapeError", "broadcast", "check_dtype", "flops", "infer", "nbytes"]
