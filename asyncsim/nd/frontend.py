@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import operator
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -290,7 +291,7 @@ class ND(Functions):
     NDArray = NDArray
     _symbolic = False  # True for the nd of a hybridize trace (`asyncsim.nd.jit`)
 
-    def __init__(self, backend, seed: int = 0, device: str = "cpu"):
+    def __init__(self, backend, seed: int = 0, device: str = "cpu", current: bool = True):
         if device not in ("cpu", "gpu"):
             raise ValueError(f"device must be 'cpu' or 'gpu' (where arrays made without a ctx "
                              f"live), got {device!r}")
@@ -301,6 +302,8 @@ class ND(Functions):
         self._op_ids = itertools.count()
         self._seed = seed
         self.random = _Random(self)
+        if current:
+            _current[0] = weakref.ref(self)
 
     def __repr__(self) -> str:
         describe = getattr(self._backend, "describe", None)
@@ -471,3 +474,17 @@ def _shape(name: str, shape) -> tuple[int, ...]:
     except TypeError:
         raise TypeError(f"{name}: shape must be an int or a sequence of ints, got {shape!r:.60}")\
             from None
+
+
+_current: list = [None]  # a weak reference to the nd made last (not a hybridize trace's)
+
+
+def current() -> ND:
+    """The `nd` a workload is running on: the one made last by `asyncsim.record`,
+    `realexec.run` or `realexec.session`. Helpers that the book calls without an `nd` (the d2l
+    package's data iterators) make their arrays with it, as MXNet's global `nd` would."""
+    nd = _current[0]() if _current[0] is not None else None
+    if nd is None:
+        raise RuntimeError("no nd is active: call this inside a workload run by asyncsim.record/"
+                           "predict or realexec.run, or inside `with realexec.session() as nd:`")
+    return nd

@@ -130,7 +130,7 @@ def trace(fn, name: str, inputs: list):
 
     real_nd = inputs[0].nd
     tracer = Tracer(name, real_nd)
-    F = ND(tracer, seed=real_nd._seed)
+    F = ND(tracer, seed=real_nd._seed, current=False)
     F._symbolic = True
     tracer.nd = F
     data = [tracer.symbol(x, "data" if i == 0 else f"data{i}") for i, x in enumerate(inputs)]

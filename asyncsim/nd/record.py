@@ -2,8 +2,8 @@
 
 `record(workload, **params)` calls `workload(nd, **params)` once. Every op, blocker, benchmark
 region and free (the last Python handle dropped, in program order) becomes an instruction of the
-returned `Program`. Blockers hand back zeros of the right shape, so a workload that inspects its
-results keeps running; nothing is computed.
+returned `Program`. Blockers hand back zeros of the right shape (a read-only view that takes no
+memory), so a workload that inspects its results keeps running; nothing is computed.
 """
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ class Recorder:
         if var is None:
             return None
         v = self.program.vars[var]
-        return np.zeros(v.shape, dtype=v.dtype)
+        # zeros of the right shape that take no memory (a read-only view of one zero): the
+        # recorder must not allocate what a real run would, however large the array
+        return np.broadcast_to(np.zeros((), dtype=v.dtype), v.shape)
 
     def free(self, var: int) -> None:
         self.program.instrs.append(Free(var))
