@@ -2,17 +2,23 @@
 
 `step` issues, per parameter and context, MXNet's `sgd_update` (in place: w -= lr * (grad /
 batch_size + wd * w)). A parameter held on several contexts (data parallelism) first has its
-gradients summed on the first context and the sum copied back to the others, as MXNet's
-'device' kvstore does: ordinary ops and copies, so the model prices the links they cross.
+gradients summed on every context, as MXNet's 'device' kvstore does (through the first context;
+`kvstore='ring'` for a ring allreduce, `asyncsim.gluon.kvstore`): ordinary ops and copies, so
+the model prices the links they cross.
 """
 
 from __future__ import annotations
 
+from asyncsim.gluon.kvstore import ALLREDUCE
 from asyncsim.gluon.parameter import Parameter
 
 
 class Trainer:
     def __init__(self, params, optimizer="sgd", optimizer_params=None, kvstore="device"):
+        if kvstore not in ALLREDUCE:
+            raise ValueError(f"Trainer: kvstore must be one of {sorted(ALLREDUCE)}, "
+                             f"got {kvstore!r}")
+        self.allreduce = ALLREDUCE[kvstore]
         if optimizer != "sgd":
             raise ValueError(f"Trainer: only the 'sgd' optimizer is supported, got {optimizer!r}")
         options = dict(optimizer_params or {})
@@ -39,19 +45,9 @@ class Trainer:
             weights = p.list_data()
             grads = [w.grad for w in weights]
             if len(weights) > 1:
-                grads = _allreduce(grads)
+                self.allreduce(grads)
             for w, g in zip(weights, grads, strict=True):
                 w.nd.sgd_update(w, g, self.learning_rate, wd=self.wd, rescale_grad=scale)
-
-
-def _allreduce(grads: list) -> list:
-    """The sum of `grads` (one per context) on every context: reduced on the first, then copied
-    back."""
-    first = grads[0]
-    total = first
-    for g in grads[1:]:
-        total = total + g.copyto(first.context)
-    return [total] + [total.copyto(g.context) for g in grads[1:]]
 
 
 __all__ = ["Trainer"]

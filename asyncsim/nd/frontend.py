@@ -42,11 +42,17 @@ class Context:
 
     @property
     def device(self) -> str:
-        """Memory-pool name: every cpu(i) shares host memory, as in MXNet."""
-        return "cpu" if self.device_type == "cpu" else f"gpu{self.device_id}"
+        """The device's name in programs, traces and profiles: "cpu" for cpu(0), "cpu1".. for
+        cpu(i) (a device of its own, with its own workers, as MXNet's cpu(i) contexts have),
+        "gpu0".. for gpu(i)."""
+        if self.device_type == "cpu":
+            return "cpu" if self.device_id == 0 else f"cpu{self.device_id}"
+        return f"gpu{self.device_id}"
 
     def __str__(self) -> str:
         return f"{self.device_type}({self.device_id})"
+
+    __repr__ = __str__
 
 
 CPU = Context("cpu", 0)
@@ -224,10 +230,14 @@ class NDArray:
                          f"got {key!r} for shape {self.shape}")
 
     def __getitem__(self, key):
+        if _whole(key):  # `a[:]` is `a` itself, as MXNet's view is: `a[:] += b` writes into a
+            return self
         return self.nd._op("slice", (self,), self._rows(key))
 
     def __setitem__(self, key, value):
         rows = self._rows(key)
+        if value is self and _whole(key):  # what `a[:] += b` leaves to do: nothing
+            return
         if isinstance(value, NDArray):
             self.nd._op("setitem", (self, value), rows, out=self)
         elif isinstance(value, int | float | np.number):
@@ -236,10 +246,19 @@ class NDArray:
             raise TypeError(f"setitem: cannot assign a {type(value).__name__} into an NDArray")
 
     # -- devices -------------------------------------------------------------------------------
-    def copyto(self, ctx: Context) -> NDArray:
-        self.nd._check_ctx(ctx)
-        return self.nd._op("copyto", (self,), {"src": self.ctx.device, "dst": ctx.device},
-                           ctx=ctx)
+    def copyto(self, other) -> NDArray:
+        """A copy on context `other`, or (`other` an NDArray) into `other`, which is returned:
+        a copy to its device, then an in-place `assign` there."""
+        if isinstance(other, NDArray):
+            if other.shape != self.shape:
+                raise ops.ShapeError(f"copyto: cannot copy shape {self.shape} into an array of "
+                                     f"shape {other.shape}")
+            src = self if other.device == self.device else self.copyto(other.ctx)
+            other.nd._op("assign", (other, src), {}, out=other)
+            return other
+        self.nd._check_ctx(other)
+        return self.nd._op("copyto", (self,), {"src": self.ctx.device, "dst": other.device},
+                           ctx=other)
 
     def as_in_context(self, ctx: Context) -> NDArray:
         return self if ctx.device == self.ctx.device else self.copyto(ctx)
@@ -360,6 +379,11 @@ class ND(Functions):
 
     def waitall(self) -> None:
         self._backend.sync("waitall", None)
+
+    def cell(self) -> None:
+        """A notebook cell boundary: the frontend idles until every queued op has finished (a
+        reader between two cells), at no blocker cost; the trace shows a "cell" wait span."""
+        self._backend.sync("cell", None)
 
     @contextlib.contextmanager
     def benchmark(self, label: str = "Done", sync: bool = False):
@@ -488,3 +512,7 @@ def current() -> ND:
         raise RuntimeError("no nd is active: call this inside a workload run by asyncsim.record/"
                            "predict or realexec.run, or inside `with realexec.session() as nd:`")
     return nd
+
+
+def _whole(key) -> bool:
+    return isinstance(key, slice) and key == slice(None)

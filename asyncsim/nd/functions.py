@@ -66,7 +66,10 @@ class Functions:
                 raise ShapeError(f"reshape: cannot reshape {a.shape} into {shape}")
             out[out.index(-1)] = total // known
         out = tuple(out)
-        return a if out == a.shape else self.invoke("reshape", a, shape=out)
+        if out == a.shape and not autograd.is_recording():
+            return a
+        # recorded, even into the same shape: a leaf's reshape must be a node of the tape
+        return self.invoke("reshape", a, shape=out)
 
     def flatten(self, a):
         """(N, ...) -> (N, product of the rest)."""

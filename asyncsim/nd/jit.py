@@ -5,8 +5,10 @@
 HybridBlock is first called after `hybridize()`. The Python in `fn` runs then and only then (the
 chapter's prints appear once); a blocker (`asnumpy`, `wait_to_read`, `item`), an in-place write
 (`a += b`, `a[:] = ...`) or host data (`nd.array`) inside it fails with a `HybridizeError` naming
-the block, since a symbol has no value and a graph has no side effects. `print(symbol)` shows
-`<Symbol name>`.
+the block, since a symbol has no value and a graph has no side effects. The one side effect
+allowed is an in-place write into a parameter (an auxiliary state: BatchNorm's running
+statistics in training mode); a graph holding one is replayed op by op, never run as one op.
+`print(symbol)` shows `<Symbol name>`.
 
 The `Graph` is then issued as op "graph" of `asyncsim.nd.ops` with the block's input and its
 parameters as inputs: one push, one issue cost (t1) in the model, one kernel call on a worker
@@ -50,6 +52,11 @@ class Graph:
     def flops(self) -> float:
         return sum(op.flops for op in self.ops)
 
+    @property
+    def writes_in_place(self) -> bool:
+        """Whether an op writes a parameter in place (then the graph is replayed op by op)."""
+        return any(not op.fresh for op in self.ops)
+
     def check(self, shapes) -> None:
         if tuple(shapes) != self.in_shapes:
             raise ShapeError(f"{self.name}: the hybridized graph was traced for inputs "
@@ -78,6 +85,12 @@ class Tracer:
         self.nd = None  # the symbolic nd, set by `trace`
         self.bound: list[tuple[object, int]] = []  # (parameter key, var) in first-use order
         self.by_key: dict[int, object] = {}
+        self.blocks = [name]  # the traced block, then the child blocks being called in it
+
+    @property
+    def where(self) -> str:
+        """The block running now, as a path from the traced one: the name errors give."""
+        return "/".join(self.blocks)
 
     def check_device(self, device: str) -> None:
         self.real_nd._backend.check_device(device)
@@ -101,19 +114,21 @@ class Tracer:
 
     def issue(self, op, out_var, host) -> None:
         if host is not None:
-            raise HybridizeError(f"{self.name}: nd.array inside a hybridized block; pass data in "
+            raise HybridizeError(f"{self.where}: nd.array inside a hybridized block; pass data in "
                                  f"as an input instead")
-        if not op.fresh:
-            raise HybridizeError(f"{self.name}: the in-place operation {op.name} cannot be "
+        if not op.fresh and op.out not in {var for _, var in self.bound}:
+            raise HybridizeError(f"{self.where}: the in-place operation {op.name} cannot be "
                                  f"hybridized; write `a = a + b` instead of `a += b` or "
                                  f"`a[:] = ...`")
+        self.graph.ops.append(op)
+        if out_var is None:  # a parameter written in place keeps its var and name
+            return
         self.graph.vars[out_var.id] = out_var
         count = next(self.counts.setdefault(op.name, itertools.count()))
         self.graph.names[out_var.id] = f"{self.name.lower()}_{op.name}{count}"
-        self.graph.ops.append(op)
 
     def sync(self, kind: str, var):
-        raise HybridizeError(f"{self.name}: {kind} inside a hybridized block: a symbol has no "
+        raise HybridizeError(f"{self.where}: {kind} inside a hybridized block: a symbol has no "
                              f"value while the block is traced (remove it, or do not hybridize)")
 
     def free(self, var: int) -> None:
@@ -151,12 +166,31 @@ def trace(fn, name: str, inputs: list):
     return graph, [key for key, _ in tracer.bound]
 
 
+def _context(device: str):
+    """The context of a device name ("cpu", "cpu1", "gpu0", ...)."""
+    from asyncsim.nd.frontend import Context
+
+    kind = "gpu" if device.startswith("gpu") else "cpu"
+    return Context(kind, int(device[3:] or 0))
+
+
 def replay(graph: Graph, nd, inputs: list):
     """Issue the graph's ops one by one through `nd` (so autograd records them): what a
-    hybridized block does inside `autograd.record()`. Returns the output array."""
+    hybridized block does inside `autograd.record()`. Returns the output array. A creation op
+    is made on the device it was traced on; an in-place write into a parameter (a running
+    statistic) is not recorded, as the imperative layer issues it."""
+    from asyncsim.nd import autograd
+
     arrays = dict(zip(graph.inputs, inputs, strict=True))
     for op in graph.ops:
-        arrays[op.out] = nd._op(op.name, tuple(arrays[v] for v in op.reads), dict(op.attrs))
+        reads = tuple(arrays[v] for v in op.reads)
+        if not op.fresh:
+            with autograd.pause(train_mode=autograd.is_training()):
+                nd._op(op.name, reads, dict(op.attrs), out=arrays[op.out])
+        elif not reads:
+            arrays[op.out] = nd._op(op.name, reads, dict(op.attrs), ctx=_context(op.device))
+        else:
+            arrays[op.out] = nd._op(op.name, reads, dict(op.attrs))
     return arrays[graph.output]
 
 

@@ -6,6 +6,8 @@ of instructions in the order the frontend issued them:
 - `Op`: run op `name` (from `asyncsim.nd.ops`) reading vars `reads`, writing var `out`. When
   `fresh` is true the op creates `out`, so its bytes are reserved when the op is issued.
 - `Sync`: a blocker. `kind` is one of `BLOCKERS`; `var` is the var waited on (None: all).
+  "cell" is a notebook cell boundary (`nd.cell()`): it waits for everything like `waitall`
+  but hands nothing back and costs nothing more (the reader was idle between cells).
 - `Free`: the frontend dropped the last handle to `var`; its bytes go back once every op that
   reads it has finished (the DESIGN.md memory rule).
 - `Mark`: a `with nd.benchmark(label)` region begins (`begin=True`) or ends.
@@ -19,7 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-BLOCKERS = ("wait_to_read", "waitall", "asnumpy", "item", "print")
+BLOCKERS = ("wait_to_read", "waitall", "asnumpy", "item", "print", "cell")
 
 
 @dataclass(slots=True)

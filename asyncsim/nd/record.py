@@ -15,7 +15,7 @@ import numpy as np
 from asyncsim.nd.frontend import ND
 from asyncsim.nd.program import BLOCKERS, Free, Mark, Program, Sync
 
-_DEVICE_HELP = "devices are 'cpu' and 'gpuN' (from nd.cpu() and nd.gpu(N))"
+_DEVICE_HELP = "devices are 'cpu', 'cpuN' and 'gpuN' (from nd.cpu(N) and nd.gpu(N))"
 
 
 class Recorder:
@@ -25,7 +25,7 @@ class Recorder:
         self.program = program
 
     def check_device(self, device: str) -> None:
-        ok = device == "cpu" or (device.startswith("gpu") and device[3:].isdigit())
+        ok = device == "cpu" or (device[:3] in ("cpu", "gpu") and device[3:].isdigit())
         if not ok:
             raise ValueError(f"unknown device {device!r}: {_DEVICE_HELP}")
 

@@ -43,6 +43,8 @@ def _windows(name, shapes, image, attrs):
     """Output (Ho, Wo) of a kernel sliding over `image` (H, W) with the attrs' stride and pad."""
     (kh, kw), (sh, sw), (ph, pw) = (_pair(name, attrs, k, shapes)
                                     for k in ("kernel", "stride", "pad"))
+    if name == "pool2d" and (2 * ph > kh or 2 * pw > kw):
+        raise err(name, shapes, f"pad {(ph, pw)} must be at most half the kernel {(kh, kw)}")
     h, w = image[0] + 2 * ph, image[1] + 2 * pw
     if kh > h or kw > w:
         raise err(name, shapes, f"kernel {(kh, kw)} is larger than the padded input {(h, w)}")
@@ -62,11 +64,21 @@ def _conv2d(shapes, attrs):
 
 
 def _conv2d_grad_data(shapes, attrs):
-    return tuple(attrs["data_shape"])
+    g, weight = shapes
+    data = tuple(attrs["data_shape"])
+    if _conv2d((data, weight), attrs) != g:
+        raise err("conv2d_grad_data", shapes, f"the gradient must be the output's shape for "
+                                              f"data {data}")
+    return data
 
 
 def _conv2d_grad_weight(shapes, attrs):
-    return tuple(attrs["weight_shape"])
+    data, g = shapes
+    weight = tuple(attrs["weight_shape"])
+    if _conv2d((data, weight), attrs) != g:
+        raise err("conv2d_grad_weight", shapes, f"the gradient must be the output's shape for "
+                                                f"weight {weight}")
+    return weight
 
 
 def _pool2d(shapes, attrs):

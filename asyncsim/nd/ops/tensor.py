@@ -13,7 +13,6 @@ from math import isqrt
 
 from asyncsim.nd.ops.base import (
     OpDef,
-    ShapeError,
     axes,
     broadcast,
     err,
@@ -85,6 +84,8 @@ def _reduced(name):
     def rule(shapes, attrs):
         shape = shapes[0]
         kept = set(axes(name, shape, attrs["axis"]))
+        if name == "argmax" and (len(kept) != 1 or shape[min(kept)] == 0):
+            raise err(name, shapes, f"argmax takes one non-empty axis, got {attrs['axis']!r}")
         keep = attrs.get("keepdims", False)
         return tuple(1 if i in kept else n for i, n in enumerate(shape) if keep or i not in kept)
     return rule
@@ -169,9 +170,17 @@ def _g_copyto(F, x, out, g, attrs):
 
 def _g_dot(F, x, out, g, attrs):
     a, b = x
-    if len(a.shape) != 2 or len(b.shape) != 2:
-        raise ShapeError(f"dot: the gradient needs 2-d operands (got {a.shape}, {b.shape})")
     ta, tb = attrs.get("transpose_a", False), attrs.get("transpose_b", False)
+    # a 1-d operand (never transposed) is a row (1, K) on the left, a column (K, 1) on the
+    # right: the 2-d rule then holds, and its gradient is reshaped back
+    if len(a.shape) == 1:
+        a = F.invoke("reshape", a, shape=(1, a.shape[0]))
+    if len(b.shape) == 1:
+        b = F.invoke("reshape", b, shape=(b.shape[0], 1))
+    rows = a.shape[1] if ta else a.shape[0]
+    cols = b.shape[0] if tb else b.shape[1]
+    if g.shape != (rows, cols):
+        g = F.invoke("reshape", g, shape=(rows, cols))
     if ta:
         ga = F.invoke("dot", b, g, transpose_a=tb, transpose_b=True)
     else:
@@ -180,6 +189,8 @@ def _g_dot(F, x, out, g, attrs):
         gb = F.invoke("dot", g, a, transpose_a=True, transpose_b=ta)
     else:
         gb = F.invoke("dot", a, g, transpose_a=not ta)
+    ga = ga if ga.shape == x[0].shape else F.invoke("reshape", ga, shape=x[0].shape)
+    gb = gb if gb.shape == x[1].shape else F.invoke("reshape", gb, shape=x[1].shape)
     return ga, gb
 
 

@@ -1,0 +1,129 @@
+"""Convolution kernels vs an im2col + numpy BLAS convolution of the same shapes, side by side.
+
+For each shape (LeNet's two convolutions at batch 256, and a ResNet-like 3x3 layer) and each of
+the three convolutions (forward, data gradient, weight gradient), times realexec's CPU kernel
+and a plain numpy im2col version (sliding windows copied into a column matrix, one BLAS product,
+a transposed copy back to NCHW; col2im by strided adds over the kernel offsets), alternating
+the two, and prints the best time of each with the spread (median / best) and the speed ratio
+baseline / kernel (above 1: the kernel is faster). BLAS runs one thread for both, as a worker
+of the engine runs it on a 2-core machine.
+
+Usage: python benchmarks/conv.py [--repeats 7] [--dtype float32] [--blas-threads 1] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from realexec.cpu.kernels import KERNELS, set_blas_threads, warmup
+
+SHAPES = {
+    "lenet conv1": ((256, 1, 28, 28), (6, 1, 5, 5), (1, 1), (2, 2)),
+    "lenet conv2": ((256, 6, 14, 14), (16, 6, 5, 5), (1, 1), (0, 0)),
+    "resnet 3x3": ((64, 64, 28, 28), (64, 64, 3, 3), (1, 1), (1, 1)),
+}
+
+
+def _columns(x, kernel, stride, pad):
+    """(N*Ho*Wo, C*kh*kw) windows of the padded x, and (Ho, Wo)."""
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, pad
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    win = sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, ::sh, ::sw]
+    n, c, ho, wo = win.shape[:4]
+    return win.transpose(0, 2, 3, 1, 4, 5).reshape(n * ho * wo, c * kh * kw), (ho, wo)
+
+
+def baseline_forward(x, w, stride, pad):
+    cols, (ho, wo) = _columns(x, w.shape[2:], stride, pad)
+    y = cols @ w.reshape(w.shape[0], -1).T
+    return np.ascontiguousarray(y.reshape(x.shape[0], ho, wo, w.shape[0]).transpose(0, 3, 1, 2))
+
+
+def baseline_grad_weight(x, g, stride, pad, weight_shape):
+    cols, _ = _columns(x, weight_shape[2:], stride, pad)
+    g_rows = g.transpose(0, 2, 3, 1).reshape(-1, g.shape[1])
+    return (g_rows.T @ cols).reshape(weight_shape)
+
+
+def baseline_grad_data(g, w, stride, pad, data_shape):
+    (n, c, h, wd), (f, _, kh, kw), (sh, sw), (ph, pw) = data_shape, w.shape, stride, pad
+    ho, wo = g.shape[2:]
+    g_rows = g.transpose(0, 2, 3, 1).reshape(-1, f)
+    cols = (g_rows @ w.reshape(f, -1)).reshape(n, ho, wo, c, kh, kw)
+    gxp = np.zeros((n, c, h + 2 * ph, wd + 2 * pw), g.dtype)
+    for p in range(kh):
+        for q in range(kw):
+            gxp[:, :, p:p + sh * ho:sh, q:q + sw * wo:sw] += cols[..., p, q].transpose(0, 3, 1, 2)
+    return gxp[:, :, ph:ph + h, pw:pw + wd].copy()
+
+
+def _time(fn, repeats):
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def _cases(data_shape, weight_shape, stride, pad, dtype, rng):
+    x = rng.standard_normal(data_shape).astype(dtype)
+    w = rng.standard_normal(weight_shape).astype(dtype)
+    geo = {"kernel": weight_shape[2:], "stride": stride, "pad": pad}
+    y = baseline_forward(x, w, stride, pad)
+    g = rng.standard_normal(y.shape).astype(dtype)
+    return [
+        ("forward", "conv2d", (x, w), y, geo, lambda: baseline_forward(x, w, stride, pad)),
+        ("grad data", "conv2d_grad_data", (g, w), x, {**geo, "data_shape": data_shape},
+         lambda: baseline_grad_data(g, w, stride, pad, data_shape)),
+        ("grad weight", "conv2d_grad_weight", (x, g), w, {**geo, "weight_shape": weight_shape},
+         lambda: baseline_grad_weight(x, g, stride, pad, weight_shape)),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    parser.add_argument("--blas-threads", type=int, default=1)
+    parser.add_argument("--quick", action="store_true", help="LeNet shapes only, 3 repeats")
+    args = parser.parse_args()
+    repeats = 3 if args.quick else args.repeats
+    set_blas_threads(args.blas_threads)
+    warmup((args.dtype,))
+    rng = np.random.default_rng(0)
+    print(f"dtype {args.dtype}, BLAS threads {args.blas_threads}, best of {repeats} "
+          f"(spread: median/best)")
+    print(f"{'shape':<12} {'op':<12} {'kernel ms':>10} {'spread':>7} {'im2col ms':>10} "
+          f"{'spread':>7} {'ratio':>6}")
+    ratios = []
+    for label, shapes in SHAPES.items():
+        if args.quick and not label.startswith("lenet"):
+            continue
+        for op, name, inputs, like, attrs, baseline in _cases(*shapes, args.dtype, rng):
+            out = np.empty_like(like)
+            kernel = KERNELS[name]
+            expected = baseline()
+            kernel(inputs, out, attrs)
+            scale = np.abs(expected).max()
+            assert np.allclose(out, expected, rtol=1e-3, atol=1e-4 * scale), (label, op)
+            ours, theirs = [], []
+            for _ in range(repeats):  # alternate, so a load change hits both alike
+                ours += _time(lambda: kernel(inputs, out, attrs), 1)  # noqa: B023
+                theirs += _time(baseline, 1)
+            best, base = min(ours), min(theirs)
+            ratios.append(base / best)
+            print(f"{label:<12} {op:<12} {best * 1e3:10.2f} "
+                  f"{statistics.median(ours) / best:7.2f} {base * 1e3:10.2f} "
+                  f"{statistics.median(theirs) / base:7.2f} {base / best:6.2f}")
+    print(f"worst ratio {min(ratios):.2f} (at least 0.8 required), "
+          f"geometric mean {statistics.geometric_mean(ratios):.2f}")
+
+
+if __name__ == "__main__":
+    main()
