@@ -10,7 +10,9 @@ the input (`infer_shape`), which is MXNet's deferred initialisation.
 the Python runs then, with symbols) and every later call issue that graph as ONE op: one push,
 one issue cost, its kernels back to back on a worker. Inside `autograd.record()` the graph's
 ops are issued one by one instead, so that autograd can record them (the graph is reused; the
-Python of `hybrid_forward` does not run again).
+Python of `hybrid_forward` does not run again), as are the ops of a graph that updates running
+statistics (BatchNorm in training mode). A graph is traced per input shape, dtype, device and
+training mode.
 """
 
 from __future__ import annotations
@@ -118,8 +120,13 @@ class HybridBlock(Block):
         return self(x, *args)
 
     def __call__(self, x, *args):
-        if x.nd._symbolic:
-            return self._call(x.nd, x, args, self._symbols(x, args))
+        if x.nd._symbolic:  # a child of a block being traced: errors name it too
+            tracer = x.nd._backend
+            tracer.blocks.append(self._name)
+            try:
+                return self._call(x.nd, x, args, self._symbols(x, args))
+            finally:
+                tracer.blocks.pop()
         if not self._active:
             return self._call(x.nd, x, args, self._arrays(x, args))
         return self._call_graph(x, args)
@@ -140,7 +147,9 @@ class HybridBlock(Block):
                 for k, p in self._reg_params.items()}
 
     def _call_graph(self, x, args):
-        key = (tuple(a.shape for a in (x, *args)), x.dtype, x.ctx, id(x.nd))
+        # training mode is part of the key: it changes the ops (BatchNorm's statistics)
+        key = (tuple(a.shape for a in (x, *args)), x.dtype, x.ctx, id(x.nd),
+               autograd.is_training())
         entry = self._graphs.get(key)
         if entry is None:
             entry = self._graphs[key] = jit.trace(
@@ -149,7 +158,7 @@ class HybridBlock(Block):
                 [x, *args])
         graph, keys = entry
         inputs = [x, *args, *[p.on(x.nd, x.ctx) for p in keys]]
-        if autograd.is_recording():
+        if autograd.is_recording() or graph.writes_in_place:
             return jit.replay(graph, x.nd, inputs)
         return x.nd.invoke("graph", *inputs, graph=graph)
 

@@ -95,17 +95,23 @@ def note(result, name: str, inputs: tuple, attrs: dict) -> None:
 
 
 def _topological(head) -> list:
-    """The recorded arrays that `head` depends on, each after its inputs (iterative DFS)."""
-    order, seen, stack = [], {id(head)}, [(head, False)]
+    """The recorded arrays that `head` depends on, each after its inputs (iterative DFS).
+
+    An array is marked when it is expanded, not when it is pushed: marked at the push, an
+    array that two others read (a = f(x); b = g(a); h = a + b) could be finished before the
+    other reader and then get its gradient before that reader's part has been added."""
+    order, expanded_ids, stack = [], set(), [(head, False)]
     while stack:
         arr, expanded = stack.pop()
         if expanded:
             order.append(arr)
             continue
+        if id(arr) in expanded_ids:
+            continue
+        expanded_ids.add(id(arr))
         stack.append((arr, True))
         for x in arr._node[1]:
-            if x._node is not None and id(x) not in seen:
-                seen.add(id(x))
+            if x._node is not None and id(x) not in expanded_ids:
                 stack.append((x, False))
     return order
 

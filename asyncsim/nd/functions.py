@@ -121,17 +121,23 @@ class Functions:
 
     def FullyConnected(self, data, weight, bias=None, num_hidden=None, no_bias=False,  # noqa: N802
                        flatten=True):
-        """data (N, in) x weight (num_hidden, in) transposed, plus bias (num_hidden,)."""
+        """data (N, in) x weight (num_hidden, in) transposed, plus bias (num_hidden,); with
+        flatten=False, data (..., in) gives (..., num_hidden)."""
         if num_hidden is not None and weight.shape[0] != num_hidden:
             raise ShapeError(f"FullyConnected: weight {weight.shape} has {weight.shape[0]} rows, "
                              f"num_hidden is {num_hidden}")
+        lead = None
         if flatten and len(data.shape) != 2:
             data = self.flatten(data)
+        elif not flatten and len(data.shape) > 2:  # the last axis holds the features
+            lead = data.shape[:-1]
+            data = self.reshape(data, (-1, data.shape[-1]))
         if len(data.shape) == 2 and len(weight.shape) == 2 and data.shape[1] != weight.shape[1]:
             raise ShapeError(f"FullyConnected: input of width {data.shape[1]} for a weight "
                              f"{weight.shape} that expects width {weight.shape[1]}")
         out = self.dot(data, weight, transpose_b=True)
-        return out if no_bias or bias is None else out + bias
+        out = out if no_bias or bias is None else out + bias
+        return out if lead is None else self.reshape(out, (*lead, weight.shape[0]))
 
     def Convolution(self, data, weight, bias=None, kernel=None, num_filter=None,  # noqa: N802
                     stride=(1, 1), pad=(0, 0), no_bias=False):
