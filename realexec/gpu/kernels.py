@@ -15,15 +15,22 @@ capped (THREADS per block, at most MAX_BLOCKS blocks) whatever the size. Choices
   a second one-block pass into a 0-d output (deterministic; no atomics).
 - dot: a register-blocked tiled product (BM x BN output tile per block, TM x TN per thread,
   k staged BK deep in double-buffered shared memory), accumulating in the inputs' dtype; 1-d
-  operands are reshaped to a row or column. Its grid is 1-d (tiles numbered in groups of
-  GROUP tile rows), so no grid-y limit applies. Products of fewer than MIN_TILES tiles (small
-  or skinny: they would leave SMs idle) use a TILE x TILE one-output-per-thread kernel.
+  operands are reshaped to a row or column, transposed ones (attrs transpose_a/transpose_b)
+  are copied transposed into scratch, or are strided views when small (`matmul.transposed`).
+  Its grid is 1-d (tiles numbered in groups of GROUP tile rows), so no grid-y limit applies.
+  Products of fewer than MIN_TILES tiles (small or skinny: they would leave SMs idle) use a
+  TILE x TILE one-output-per-thread kernel.
 - uniform/normal: numba.cuda.random's xoroshiro128+; each thread seeds its own state from
   (attrs['seed'], thread index) with splitmix64 inside the kernel, so a launch costs no host
   work and no copy; the states buffer is cached per stream. Values are in float64 then rounded
   (normal uses numba's Box-Muller); reproducible for a seed, shape and device kind, and not
   numpy's stream. Distinct seeds give unrelated streams, not provably disjoint ones.
-- the simulator runs one kernel at a time (numba's limitation), so launches take a lock there.
+- the simulator runs one kernel at a time (numba's limitation), so launches take a lock there
+  (`realexec.gpu.launch`, shared with the modules below).
+The ops of training and CNNs have kernels in modules of their own, merged into GPU_KERNELS:
+`tensor` (sigmoid, tanh, relu_grad, cast, reshape, assign, sgd_update, sum_axis, argmax), `nn`
+(convolution, pooling), `norm` (softmax family, cross-entropy, batch norm) and `graph` (a
+hybridized block's ops in order on one stream); `equal` and `broadcast_to` are here.
 Kernels must be launched with the stream's device current (`device_context(i)`). Devices,
 pools, copies and events live in gpu_memory and are re-exported here: the engine imports this.
 """
@@ -32,13 +39,21 @@ from __future__ import annotations
 
 import contextlib
 import math
-import threading
 import warnings
 from math import prod
 
 import numpy as np
 
-from realexec.gpu.matmul import matmul_launch
+from realexec.gpu import graph as _graph
+from realexec.gpu import nn as _nn
+from realexec.gpu import norm as _norm
+from realexec.gpu import tensor as _tensor
+from realexec.gpu.launch import MAX_BLOCKS, PART_BLOCKS, THREADS
+from realexec.gpu.launch import SIM as _SIM
+from realexec.gpu.launch import blocks as _blocks
+from realexec.gpu.launch import flat as _flat
+from realexec.gpu.launch import launch as _launch
+from realexec.gpu.matmul import matmul_launch, transposed
 from realexec.gpu.memory import (  # noqa: F401 -- re-exported: the engine's one import
     DevicePool,
     PerStream,
@@ -73,11 +88,7 @@ else:  # kernels stay plain functions; _launch reports why no GPU can run them
     def _jit(**_):
         return lambda fn: fn
 
-_SIM = on_simulator()
-THREADS = 32 if _SIM else 256  # threads per block: the simulator runs each as a Python thread
-MAX_BLOCKS = 2 if _SIM else 4096  # grid cap of elementwise kernels (enough to fill an H100)
-PART_BLOCKS = 2 if _SIM else 1024  # grid cap of random and reduction kernels
-ADD, SUB, MUL, DIV, RSUB, RDIV, MAX, RIGHT = range(8)
+ADD, SUB, MUL, DIV, RSUB, RDIV, MAX, RIGHT, EQUAL = range(9)
 SUM, MEAN, NORM = range(3)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -98,6 +109,8 @@ def _apply(code, x, y):
         return y / x
     if code == MAX:
         return y if x < y else x  # NaN stays NaN, as np.maximum
+    if code == EQUAL:
+        return x == y  # a bool unifies with x's type: 1.0 or 0.0 in the dtype
     return y
 
 
@@ -210,32 +223,7 @@ def _reduce_final_kernel(partials, nparts, out, mode, count):
 # traffic (read A and B, write C: 201 MB) takes 0.07 ms, so it is compute-bound once the
 # on-chip traffic per FMA is small. The 16x16 one-output-per-thread tile (_small_matmul_kernel)
 # does 1 FMA per 2 shared loads and 8 FMAs per global (L2) load: 7.7 TFLOP/s. Here a thread's
-# ---- launching ---------------------------------------------------------------------------
-_SIM_LOCK = threading.Lock()
-
-
-def _launch(kernel, grid, block, stream, *args) -> None:
-    if cuda is None:
-        raise RuntimeError(device_error(0))
-    if _SIM:
-        with _SIM_LOCK:
-            kernel[grid, block, stream or 0](*args)
-    else:
-        kernel[grid, block, stream or 0](*args)
-
-
-def _blocks(n: int, cap: int) -> int:
-    return max(1, min(-(-n // THREADS), cap))
-
-
-def _flat(arr):
-    """arr as one dimension, made once per array object (pooled arrays are reused)."""
-    flat = arr.__dict__.get("_flat")
-    if flat is None:
-        flat = arr.__dict__["_flat"] = arr.reshape(arr.size)
-    return flat
-
-
+# ---- launching (_launch, _blocks, _flat: realexec.gpu.launch) --------------------------------
 _RNG_STATES = PerStream(PART_BLOCKS * THREADS, xoroshiro128p_dtype if cuda else None)
 _PARTIALS = PerStream(PART_BLOCKS, np.float64)
 
@@ -346,6 +334,10 @@ def _reduce(mode):
 
 def _dot(inputs, out, attrs, stream):
     a, b = inputs
+    if attrs.get("transpose_a"):
+        a = transposed(a, stream, 0)
+    if attrs.get("transpose_b"):
+        b = transposed(b, stream, 1)
     a2 = a.reshape(1, a.shape[0]) if a.ndim == 1 else a
     b2 = b.reshape(b.shape[0], 1) if b.ndim == 1 else b
     n, m = a2.shape[0], b2.shape[1]
@@ -390,6 +382,13 @@ def _setitem_scalar(inputs, out, attrs, stream):
     _fill(_rows(out, attrs), attrs["scalar"], stream)
 
 
+def _broadcast_to(inputs, out, attrs, stream):
+    a = inputs[0]
+    if out.size:
+        _launch_broadcast(_flat(out), _flat(out), _flat(a), RIGHT, out.shape, out.shape, a.shape,
+                          stream)
+
+
 GPU_KERNELS = {
     "ones": _constant(lambda attrs: 1.0),
     "zeros": _constant(lambda attrs: 0.0),
@@ -415,4 +414,10 @@ GPU_KERNELS = {
     "slice": _slice,
     "setitem": _setitem,
     "setitem_scalar": _setitem_scalar,
+    "equal": _binary(EQUAL),
+    "broadcast_to": _broadcast_to,
+    **_tensor.KERNELS,
+    **_nn.KERNELS,
+    **_norm.KERNELS,
 }
+GPU_KERNELS["graph"] = _graph.graph_kernel(GPU_KERNELS)

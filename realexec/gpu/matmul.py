@@ -1,13 +1,19 @@
 """The GPU matrix product: numba.cuda kernels for `dot` and the choice between them.
 
-`matmul_launch(n, m)` gives (kernel, grid, block) for an n x m product of 2-d C-contiguous
-arrays; the kernel is called as kernel(a, b, out, zero) with `zero` of the arrays' dtype
-(float32 or float64; each accumulates in that dtype). Two kernels:
+`matmul_launch(n, m)` gives (kernel, grid, block) for an n x m product of 2-d arrays; the
+kernel is called as kernel(a, b, out, zero) with `zero` of the arrays' dtype (float32 or
+float64; each accumulates in that dtype). Two kernels:
 - `_matmul_kernel`: register-blocked, a BM x BN tile of the output per block of MM_THREADS
   threads, each a TM x TN micro-tile in registers, k staged BK at a time in double-buffered
   shared memory; a 1-d grid of any number of tiles;
 - `_small_matmul_kernel`: one output per thread in TILE x TILE blocks, for products of fewer
   than MIN_TILES output tiles, where the tiled kernel would leave most SMs idle.
+`transposed(a, stream, slot)` gives a's transpose for `dot`'s transpose_a/transpose_b: a large
+operand is copied by a tiled transpose kernel into a per-stream scratch buffer, so the product
+reads C-contiguous operands as usual; a small one (where the extra launch would cost more than
+it saves) is a strided view: the kernels index any strides (numba compiles a separate
+specialisation for non-contiguous operands, so C-contiguous products keep their code) but load
+it with uncoalesced strides.
 Under the CUDA simulator (a Python thread per CUDA thread) the tiles are small and MIN_TILES is
 2, so tiny test products go through both kernels. Units: elements; times in the comments are
 an H100's (benchmarks/gpu.py).
@@ -15,6 +21,7 @@ an H100's (benchmarks/gpu.py).
 
 from __future__ import annotations
 
+from realexec.gpu.launch import PART_BLOCKS, SCRATCH, launch
 from realexec.gpu.memory import cuda, on_simulator
 
 if cuda is not None:
@@ -35,11 +42,15 @@ if _SIM:
     BK = 4
     MIN_TILES = 2
     TILE = 8
+    COPY_MIN = 64
 else:
     BM = BN = 128
     BK = 8
     MIN_TILES = 64  # fewer BM x BN tiles than this: _small_matmul_kernel (see matmul_launch)
     TILE = 16  # _small_matmul_kernel: TILE x TILE threads per block, one output each
+    COPY_MIN = 1 << 16  # transposed operands this large are copied (see `transposed`)
+TRANSPOSE_ROWS = TILE // 4  # _transpose_kernel: each thread moves 4 values of a tile
+TILE_PAD = TILE + 1  # row length of its shared tile (a constant: numba needs one for shapes)
 TM = TN = 8
 VEC = 4  # a thread's rows (cols) come in runs of VEC adjacent ones: one vector shared load each
 A_ROW = BM + 4  # row length of the transposed A tile: the padding spreads its stores over banks
@@ -172,6 +183,56 @@ def _small_matmul_kernel(a, b, out, zero):
         cuda.syncthreads()
     if row < n and col < m:
         out[row, col] = acc
+
+
+@_jit(cache=True)
+def _transpose_kernel(src, dst):
+    """dst = src.T through shared TILE x TILE tiles (padded a column against bank conflicts):
+    reads and writes both run along rows. Blocks of TILE x TRANSPOSE_ROWS threads walk the tiles
+    of src on a 1-d grid."""
+    tile = cuda.shared.array((TILE, TILE_PAD), src.dtype)
+    rows, cols = src.shape
+    tile_cols = (cols + TILE - 1) // TILE
+    tiles = ((rows + TILE - 1) // TILE) * tile_cols
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    for t in range(cuda.blockIdx.x, tiles, cuda.gridDim.x):
+        r0, c0 = (t // tile_cols) * TILE, (t % tile_cols) * TILE
+        for k in range(ty, TILE, TRANSPOSE_ROWS):
+            if r0 + k < rows and c0 + tx < cols:
+                tile[k, tx] = src[r0 + k, c0 + tx]
+        cuda.syncthreads()
+        for k in range(ty, TILE, TRANSPOSE_ROWS):
+            if c0 + k < cols and r0 + tx < rows:
+                dst[c0 + k, r0 + tx] = tile[tx, k]
+        cuda.syncthreads()
+
+
+def transposed(arr, stream, slot: int):
+    """arr.T for the product kernels: for an operand of COPY_MIN elements or more, a
+    C-contiguous copy in scratch `slot` of the stream (one coalesced pass, so the product
+    keeps its coalesced loads); for a smaller one, a strided view (`transposed_view`)."""
+    if arr.size < COPY_MIN:
+        return transposed_view(arr)
+    out = SCRATCH.view(stream, slot, arr.shape[::-1], arr.dtype)
+    tiles = -(-arr.shape[0] // TILE) * -(-arr.shape[1] // TILE)
+    launch(_transpose_kernel, min(tiles, PART_BLOCKS), (TILE, TRANSPOSE_ROWS), stream, arr, out)
+    return out
+
+
+def transposed_view(arr):
+    """The transpose of a 2-d device array as a view of the same memory, made once per array
+    object (pooled arrays are reused, and a new array object costs numba ~10 us to type)."""
+    view = arr.__dict__.get("_transposed")
+    if view is None:
+        if on_simulator():
+            view = arr.T
+        else:
+            from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+            view = DeviceNDArray(arr.shape[::-1], arr.strides[::-1], arr.dtype,
+                                 gpu_data=arr.gpu_data)
+        arr.__dict__["_transposed"] = view
+    return view
 
 
 def matmul_launch(n: int, m: int):

@@ -1,0 +1,79 @@
+"""conv2d as a matrix product on the GPU: im2col into a scratch buffer, the tiled `dot` kernel
+of `realexec.gpu.matmul`, and a permute into (N, F, Ho, Wo).
+
+For a chunk of nb images, `cols` (C*kh*kw, nb*Ho*Wo) holds every window as a column (zeros
+where it covers padding), so that weight (F, C*kh*kw) @ cols = the chunk's outputs as
+(F, nb*Ho*Wo), which a permute writes into out[n0:n0 + nb]. The direct kernel
+(`nn._conv2d_kernel`) re-reads each window from global memory for every filter; here the
+product runs at the tiled kernel's rate (26 TFLOP/s in float32 for `dot` at 4096^3 on an H100),
+for one extra write and read of `cols`. It should pay for layers with many filters and a long
+window (`worth_it`; thresholds not yet measured on a GPU); LeNet-sized layers (6 filters) stay
+direct.
+
+Scratch: `cols` and the product live in per-stream buffers (`launch.SCRATCH`) that grow to the
+largest request and are kept. Chunks are sized so that `cols` stays under SCRATCH_ELEMENTS.
+Units: elements.
+"""
+
+from __future__ import annotations
+
+from realexec.gpu.launch import MAX_BLOCKS, SCRATCH, SIM, THREADS, blocks, cuda, jit, launch
+from realexec.gpu.matmul import matmul_launch
+
+# Below these sizes the direct kernel is used (real GPU: a guess from the tile sizes, not yet
+# measured; see the module docstring). Tests lower them to reach this path under the simulator.
+MIN_FILTERS = 32  # rows of the product: a BM = 128 tile row should be mostly used
+MIN_WINDOW = 32  # C * kh * kw: the depth of the product
+SCRATCH_ELEMENTS = 4096 if SIM else 1 << 24  # cap of `cols` per chunk (64 MB in float32)
+
+
+def worth_it(filters: int, window: int) -> bool:
+    return filters >= MIN_FILTERS and window >= MIN_WINDOW
+
+
+@jit(cache=True)
+def _im2col_kernel(x, cols, n0, sh, sw, ph, pw, kh, kw, ho_, wo_, zero):
+    rows, width = cols.shape
+    h_, w_ = x.shape[2], x.shape[3]
+    for e in range(cuda.grid(1), rows * width, cuda.gridsize(1)):
+        r, col = e // width, e % width
+        j = r % kw
+        i = (r // kw) % kh
+        c = r // (kw * kh)
+        wo = col % wo_
+        ho = (col // wo_) % ho_
+        n = n0 + col // (wo_ * ho_)
+        h, w = ho * sh - ph + i, wo * sw - pw + j
+        cols[r, col] = x[n, c, h, w] if 0 <= h < h_ and 0 <= w < w_ else zero
+
+
+@jit(cache=True)
+def _permute_kernel(product, out, n0):
+    """out[n0 + n, f, p] = product[f, n * P + p] (P = Ho * Wo; out viewed as (N, F, P))."""
+    filters, width = product.shape
+    pixels = out.shape[2]
+    for e in range(cuda.grid(1), filters * width, cuda.gridsize(1)):
+        f, col = e // width, e % width
+        out[n0 + col // pixels, f, col % pixels] = product[f, col]
+
+
+def conv2d_gemm(x, w, out, geometry, stream) -> None:
+    """Enqueue out = conv2d(x, w) (geometry: sh, sw, ph, pw) by chunks of images."""
+    n_, c_ = x.shape[0], x.shape[1]
+    f_, kh, kw = w.shape[0], w.shape[2], w.shape[3]
+    ho_, wo_ = out.shape[2], out.shape[3]
+    window, pixels = c_ * kh * kw, ho_ * wo_
+    chunk = max(1, min(n_, SCRATCH_ELEMENTS // max(window * pixels, 1)))
+    weight = w.reshape(f_, window)
+    out3 = out.reshape(n_, f_, pixels)
+    zero = out.dtype.type(0)
+    for n0 in range(0, n_, chunk):
+        nb = min(chunk, n_ - n0)
+        cols = SCRATCH.view(stream, 2, (window, nb * pixels), out.dtype)
+        product = SCRATCH.view(stream, 3, (f_, nb * pixels), out.dtype)
+        launch(_im2col_kernel, blocks(cols.size, MAX_BLOCKS), THREADS, stream,
+               x, cols, n0, *geometry, kh, kw, ho_, wo_, zero)
+        kernel, grid, block = matmul_launch(f_, nb * pixels)
+        launch(kernel, grid, block, stream, weight, cols, product, zero)
+        launch(_permute_kernel, blocks(product.size, MAX_BLOCKS), THREADS, stream,
+               product, out3, n0)

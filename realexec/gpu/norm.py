@@ -1,0 +1,236 @@
+"""numba.cuda kernels of the normalising ops: the softmax family, softmax cross-entropy and batch
+norm, forward and backward (`KERNELS`, merged into `GPU_KERNELS`), with the semantics of
+`asyncsim.nd.ops.nn`.
+
+Same contract as `realexec.gpu.kernels`: `KERNELS[op](inputs, out, attrs, stream)` enqueues op
+on stream; arrays are C-contiguous device arrays of float32 or float64, and kernels compile
+once per dtype on first use. Each op reduces along rows (the softmax axis) or channels (axis 1
+of a batch norm), so a block takes one row or channel at a time: its threads stride along it,
+and block-wide shared-memory trees give the max and the sums, in float64 for both dtypes; rows
+shorter than a block go one per thread instead (`launch.lanes_of`). One kernel serves each
+family, the op picked by a mode (a uniform branch).
+
+A row of a softmax along `axis` of shape s is the positions j * inner (j < s[axis]) from a base;
+rows are numbered over (outer, inner). A channel c of x (N, C, ...) holds N * inner values
+(inner: the product of the dims after C). Statistics are the mean and the biased variance (two
+passes: the mean, then squared deviations from it, which cancels less than E[x^2] - E[x]^2).
+
+softmax_ce with a label outside 0..K-1 (or NaN) writes NaN for that example's loss (and NaN
+gradients), and never reads outside the logits: a kernel cannot raise on the GPU, so the NaN
+carries the error to whatever reads the loss.
+Units: elements.
+"""
+
+from __future__ import annotations
+
+import math
+from math import prod
+
+from realexec.gpu.launch import (
+    MAX_BLOCKS,
+    THREADS,
+    blocks,
+    cuda,
+    flat,
+    float64,
+    jit,
+    lane_max,
+    lane_sum,
+    lanes_of,
+    launch,
+    split_rows,
+)
+
+SOFTMAX, LOG_SOFTMAX, SOFTMAX_GRAD, LOG_SOFTMAX_GRAD, CE, CE_GRAD = range(6)
+NORMALISE, GRAD, GRAD_GAMMA, UPDATE_MEAN, UPDATE_VAR = range(5)
+
+
+@jit(cache=True)
+def _row_kernel(a, b, c, out, length, inner, mode, alone):
+    """Rows of `length` (see `launch.lanes_of`). Modes and inputs: SOFTMAX / LOG_SOFTMAX (a:
+    input); SOFTMAX_GRAD / LOG_SOFTMAX_GRAD (a: the forward's output, b: g); CE (a: logits
+    (N, K) as rows, b: labels, out: (N,)); CE_GRAD (a: logits, b: labels, c: g (N,))."""
+    buf = cuda.shared.array(THREADS, float64)
+    first, step, lane, lanes = lanes_of(alone)
+    rows = (a.shape[0] // length) if length else 0
+    for r in range(first, rows, step):
+        base = (r // inner) * length * inner + r % inner
+        if mode == SOFTMAX_GRAD or mode == LOG_SOFTMAX_GRAD:
+            acc = 0.0
+            for j in range(lane, length, lanes):
+                at = base + j * inner
+                acc += float64(b[at]) * (float64(a[at]) if mode == SOFTMAX_GRAD else 1.0)
+            total = lane_sum(buf, lane, acc, alone)
+            for j in range(lane, length, lanes):
+                at = base + j * inner
+                y, g = float64(a[at]), float64(b[at])
+                out[at] = y * (g - total) if mode == SOFTMAX_GRAD else g - math.exp(y) * total
+            continue
+        top = -math.inf
+        for j in range(lane, length, lanes):
+            v = float64(a[base + j * inner])
+            if v > top or v != v:
+                top = v
+        top = lane_max(buf, lane, top, alone)
+        acc = 0.0
+        for j in range(lane, length, lanes):
+            acc += math.exp(float64(a[base + j * inner]) - top)
+        total = lane_sum(buf, lane, acc, alone)
+        if mode == SOFTMAX:
+            for j in range(lane, length, lanes):
+                at = base + j * inner
+                out[at] = math.exp(float64(a[at]) - top) / total
+        elif mode == LOG_SOFTMAX:
+            for j in range(lane, length, lanes):
+                at = base + j * inner
+                out[at] = float64(a[at]) - top - math.log(total)
+        else:  # CE and CE_GRAD: row r is example r (inner == 1)
+            label = float64(b[r])
+            bad = not (0.0 <= label < length)  # NaN is bad too
+            k = 0 if bad else int(label)
+            if mode == CE:
+                if lane == 0:
+                    out[r] = math.nan if bad else math.log(total) + top - float64(a[base + k])
+            else:
+                scale = float64(c[r])
+                for j in range(lane, length, lanes):
+                    p = math.exp(float64(a[base + j]) - top) / total
+                    hot = 1.0 if j == k else 0.0
+                    out[base + j] = math.nan if bad else (p - hot) * scale
+
+
+@jit(cache=True)
+def _channel_kernel(x, g, gamma, beta, out, channels, inner, eps, momentum, mode, alone):
+    """Channels as rows (see `launch.lanes_of`): a channel's mean and biased variance, then by
+    mode NORMALISE (out = x normalised, scaled by gamma, shifted by beta), GRAD (out = x's
+    gradient, g: the output's), GRAD_GAMMA (out[c] = sum of g * x normalised),
+    UPDATE_MEAN / UPDATE_VAR (out[c], the running statistic, moves towards the batch's)."""
+    buf = cuda.shared.array(THREADS, float64)
+    first, step, lane, lanes = lanes_of(alone)
+    count = x.shape[0] // channels
+    for ch in range(first, channels, step):
+        acc = 0.0
+        for e in range(lane, count, lanes):
+            acc += float64(x[((e // inner) * channels + ch) * inner + e % inner])
+        mean = lane_sum(buf, lane, acc, alone) / count
+        if mode == UPDATE_MEAN:
+            if lane == 0:
+                out[ch] = momentum * float64(out[ch]) + (1.0 - momentum) * mean
+            continue
+        acc = 0.0
+        for e in range(lane, count, lanes):
+            d = float64(x[((e // inner) * channels + ch) * inner + e % inner]) - mean
+            acc += d * d
+        var = lane_sum(buf, lane, acc, alone) / count
+        if mode == UPDATE_VAR:
+            if lane == 0:
+                out[ch] = momentum * float64(out[ch]) + (1.0 - momentum) * var
+            continue
+        inv = 1.0 / math.sqrt(var + eps)
+        if mode == NORMALISE:
+            scale, shift = float64(gamma[ch]) * inv, float64(beta[ch])
+            for e in range(lane, count, lanes):
+                at = ((e // inner) * channels + ch) * inner + e % inner
+                out[at] = (float64(x[at]) - mean) * scale + shift
+            continue
+        sum_g = 0.0
+        sum_gx = 0.0
+        for e in range(lane, count, lanes):
+            at = ((e // inner) * channels + ch) * inner + e % inner
+            gv = float64(g[at])
+            sum_g += gv
+            sum_gx += gv * (float64(x[at]) - mean) * inv
+        sum_gx = lane_sum(buf, lane, sum_gx, alone)
+        if mode == GRAD_GAMMA:
+            if lane == 0:
+                out[ch] = sum_gx
+            continue
+        mean_g = lane_sum(buf, lane, sum_g, alone) / count
+        mean_gx = sum_gx / count
+        scale = float64(gamma[ch]) * inv
+        for e in range(lane, count, lanes):
+            at = ((e // inner) * channels + ch) * inner + e % inner
+            xhat = (float64(x[at]) - mean) * inv
+            out[at] = scale * (float64(g[at]) - mean_g - xhat * mean_gx)
+
+
+@jit(cache=True)
+def _bn_infer_kernel(x, gamma, beta, mean, var, out, channels, inner, eps):
+    for i in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
+        c = (i // inner) % channels
+        scale = float64(gamma[c]) / math.sqrt(float64(var[c]) + eps)
+        out[i] = (float64(x[i]) - float64(mean[c])) * scale + float64(beta[c])
+
+
+# ---- the ops ------------------------------------------------------------------------------------
+def _rows(mode):
+    def run(inputs, out, attrs, stream):
+        a = inputs[0]
+        if not a.size:
+            return
+        if mode in (CE, CE_GRAD):
+            length, inner = a.shape[1], 1
+        else:
+            axis = attrs["axis"]
+            length, inner = a.shape[axis], prod(a.shape[axis + 1:])
+        b = flat(inputs[1]) if len(inputs) > 1 else flat(a)
+        c = flat(inputs[2]) if len(inputs) > 2 else b
+        grid, alone = split_rows(a.size // length, length)
+        launch(_row_kernel, grid, THREADS, stream, flat(a), b, c, flat(out), length, inner, mode,
+               alone)
+    return run
+
+
+def _channels(mode):
+    """batch_norm (x, gamma, beta), batch_norm_grad (x, gamma, g), batch_norm_grad_gamma
+    (x, g), bn_update (running, x; out is running)."""
+    def run(inputs, out, attrs, stream):
+        if mode in (UPDATE_MEAN, UPDATE_VAR):
+            x = inputs[1]
+            params = (x, x, x)
+        elif mode == NORMALISE:
+            x, gamma, beta = inputs
+            params = (x, gamma, beta)
+        elif mode == GRAD:
+            x, gamma, g = inputs
+            params = (g, gamma, x)
+        else:
+            x, g = inputs
+            params = (g, x, x)
+        if not x.size:
+            return  # no values: out is empty, or (bn_update, grad_gamma) left as it is
+        channels = x.shape[1]
+        inner = prod(x.shape[2:])
+        grid, alone = split_rows(channels, x.size // channels)
+        launch(_channel_kernel, grid, THREADS, stream,
+               flat(x), *(flat(p) for p in params), flat(out), channels, inner,
+               float(attrs.get("eps", 0.0)), float(attrs.get("momentum", 0.0)), mode, alone)
+    return run
+
+
+def _bn_update(inputs, out, attrs, stream):
+    mode = UPDATE_MEAN if attrs["stat"] == "mean" else UPDATE_VAR
+    _channels(mode)(inputs, out, attrs, stream)
+
+
+def _batch_norm_infer(inputs, out, attrs, stream):
+    x = inputs[0]
+    if out.size:
+        launch(_bn_infer_kernel, blocks(out.size, MAX_BLOCKS), THREADS, stream,
+               *(flat(a) for a in inputs), flat(out), x.shape[1], prod(x.shape[2:]),
+               float(attrs["eps"]))
+
+
+KERNELS = {
+    "softmax": _rows(SOFTMAX),
+    "log_softmax": _rows(LOG_SOFTMAX),
+    "softmax_grad": _rows(SOFTMAX_GRAD),
+    "log_softmax_grad": _rows(LOG_SOFTMAX_GRAD),
+    "softmax_ce": _rows(CE),
+    "softmax_ce_grad": _rows(CE_GRAD),
+    "batch_norm": _channels(NORMALISE),
+    "batch_norm_grad": _channels(GRAD),
+    "batch_norm_grad_gamma": _channels(GRAD_GAMMA),
+    "batch_norm_infer": _batch_norm_infer,
+    "bn_update": _bn_update,
+}
