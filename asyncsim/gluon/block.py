@@ -50,6 +50,11 @@ class Block:
     def prefix(self) -> str:
         return self._name + "_"
 
+    @property
+    def params(self) -> ParameterDict:
+        """This block's own parameters (not its children's), by full name."""
+        return ParameterDict((p.name, p) for p in self._reg_params.values())
+
     def param(self, attr: str, shape, init=None, grad_req="write") -> Parameter:
         """A parameter of this block named `<block>_<attr>` (what `self.params.get` makes)."""
         return Parameter(f"{self._name}_{attr}", shape=shape, init=init, grad_req=grad_req)

@@ -110,8 +110,19 @@ class Parameter:
         return self._arrays[nd]
 
     def data(self, ctx=None):
+        """The array on `ctx`; without one, the only context's, or cpu(0)'s as MXNet's
+        default context (a RuntimeError if the parameter lives elsewhere, as 8.5 shows)."""
         arrays = self._current()
-        return next(iter(arrays.values())) if ctx is None else arrays[ctx]
+        if ctx is None:
+            if len(arrays) == 1:
+                return next(iter(arrays.values()))
+            ctx = next((c for c in arrays if str(c) == "cpu(0)"), "cpu(0)")
+        try:
+            return arrays[ctx]
+        except KeyError:
+            where = ", ".join(str(c) for c in arrays)
+            raise RuntimeError(f"Parameter '{self.name}' was not initialized on context {ctx}. "
+                               f"It was only initialized on [{where}].") from None
 
     def grad(self, ctx=None):
         if self.grad_req == "null":
@@ -134,7 +145,16 @@ class Parameter:
 
 
 class ParameterDict(OrderedDict):
-    """Parameters by full name, as `Block.collect_params()` gives them."""
+    """Parameters by full name, as `Block.collect_params()` gives them; `get(name)` also finds a
+    block's own parameter by its short name (`net[0].params.get('weight')`)."""
+
+    def get(self, name, default=None):
+        if name in self:
+            return self[name]
+        for full, p in self.items():
+            if full.endswith("_" + name):
+                return p
+        return default
 
     def initialize(self, init=None, ctx=None, verbose=False, force_reinit=False) -> None:
         for p in self.values():
