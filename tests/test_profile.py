@@ -90,7 +90,7 @@ def test_replace_changes_scalars_and_dotted_cost_fields():
     assert base.costs["cpu:dot"].peak != 1e9  # the original is untouched
 
 
-@pytest.mark.parametrize("name", ["ideal", "book", "book-zh"])
+@pytest.mark.parametrize("name", ["ideal", "book", "book-zh", "book-torch"])
 def test_presets_round_trip_through_json(tmp_path, name):
     """save then load gives back an equal profile, and the file is plain JSON (no Infinity)."""
     profile = Profile.preset(name)
@@ -225,11 +225,15 @@ def _rows(workload, preset, **params):
 
 
 def test_book_preset_gives_back_the_rows_it_was_derived_from():
-    """'book' reproduces 12.2.1, 12.2.2, 12.2.3 (d2l-en) and 8.3 (d2l-zh) to the printed digits,
-    and predicts the CPU+GPU overlap row within 1%."""
+    """'book' reproduces the 12.2.1, 12.2.2, 12.2.3 (d2l-en) and 8.3 (d2l-zh) rows it is fitted
+    to, to the printed digits, written here apart from the scenarios; it predicts the CPU+GPU
+    overlap row within 1%, and 12.2.1's 'Done' on an idle backend (not a fitted row: 12.2.4's
+    sampler gives it) below the book's."""
     assert _rows(_loop, "book") == {"synchronous": 0.0789, "asynchronous": 0.0769}
-    assert _rows(_warmup, "book") == {"mxnet.np": 0.0044, "Done": 0.7144,
-                                      "scalar conversion": 0.0145}
+    rows = _rows(_warmup, "book")
+    done = rows.pop("Done")
+    assert rows == {"mxnet.np": 0.0044, "scalar conversion": 0.0145}
+    assert 0.5 < done < 0.7144
     rows = _rows(_cpu_gpu, "book")
     both = rows.pop("Run on both CPU and GPU in parallel.")
     assert rows == {"Run on CPU.": 0.3588, "Then run on GPU.": 1.2104, "Then copy to CPU.": 0.5272}

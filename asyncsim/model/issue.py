@@ -12,8 +12,12 @@ The frontend walks `program.instrs`, one SimPy generator:
   "frontend:<kind>" cost adds for the bytes it hands back (asnumpy's copy, print's formatting);
   on GPU data, `gpu_wait` if it waited and the "gpu->host" readback (see Profile). One "wait"
   span covers both.
+- a notebook cell boundary (`Sync` of kind "cell", `nd.cell()`): the frontend idles until every
+  op issued so far has finished, as a reader does between two cells, and pays nothing more: no
+  t3, no blocker cost. Its "wait" span is named "cell".
 - `Free` drops a handle (costing `profile.free`, an "issue" span, where the profile has it);
-  `Mark` opens or closes a benchmark region.
+  `Mark` opens or closes a benchmark region and notes how many memory samples precede it
+  (`mark_samples`: label, begin, index into the memory samples).
 
 Pricing: an op by `profile.rule` on its lane and `profile.issue_rule` on the frontend (t1 where
 it has no rule); a binary op whose operands differ in shape (`ops.BROADCASTING`) by the
@@ -38,6 +42,7 @@ from asyncsim.nd.program import Free, Mark, Op, Sync
 from asyncsim.nd.trace import Span
 
 FRONTEND = "frontend"
+CELL = "cell"  # the Sync kind of a notebook cell boundary (`nd.cell()`)
 
 
 class FrontendProcess:
@@ -90,6 +95,9 @@ class FrontendProcess:
                     yield event
                     if host is not None:
                         host.frontend_woke()
+                if ins.kind == CELL:  # a user between notebook cells: no blocker returns
+                    spans.append(Span("frontend", CELL, -1, start, env.now, "wait"))
+                    continue
                 if ins.var is None:
                     nbytes, device = 0, self.gpu_program
                 else:
@@ -109,6 +117,9 @@ class FrontendProcess:
                 else:
                     self._release(ins.var)
             elif kind is Mark:
+                # where the memory samples stood at this mark: the RSS model reads a region's
+                # ends there, not among samples that share the mark's instant
+                self.mark_samples.append((ins.label, ins.begin, len(self.memory)))
                 if ins.begin:
                     self.open_marks.setdefault(ins.label, []).append(env.now)
                 elif self.open_marks.get(ins.label):

@@ -46,8 +46,12 @@ flops / peak` seconds. Units: seconds, bytes, bytes per second, flops per second
 the same fields; `load` rejects an unknown key, a negative cost or a non-number with one line
 naming it and what is accepted.
 
+`rss_keep`: bytes of freed buffers the allocator keeps resident (`asyncsim.model.rss`). `fitted`
+(read from meta["fitted"]): the printed numbers a preset was fitted to.
+
 The built-in presets: "ideal" (every op costs exactly t2 on any lane, the book's t1/t2/t3 model),
-"book" and "book-zh" (from the chapters' reported times; see `asyncsim.model.book`).
+"book", "book-zh" and "book-torch" (one per book machine, from the chapters' printed numbers;
+see `asyncsim.model.book`).
 """
 
 from __future__ import annotations
@@ -79,7 +83,7 @@ _SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int,
             "free": float, "dispatch": float, "wake": float, "gil": float, "release": float,
             "switch": float, "spin": float, "recheck": float, "startup": float,
             "handover": float, "gpu_issue": float, "gpu_wait": float, "gpu_settle": float,
-            "pageable": int}
+            "pageable": int, "rss_keep": float}
 _MINIMUM = {"workers": 1, "cores": 1, "gpus": 0}
 
 
@@ -111,6 +115,9 @@ class Profile:
     # so it cannot overlap compute (the book's 3.13 s against 0.12 + 2.16 s). 0: pinned buffers
     # and a copy engine, as realexec does and MXNet's copyto did.
     pageable: int = 0
+    # bytes of freed buffers the process's allocator keeps resident for reuse (0: every freed
+    # buffer goes back to the system); `asyncsim.model.rss` predicts resident memory with it
+    rss_keep: float = 0.0
     meta: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -179,6 +186,13 @@ class Profile:
         return self.t3 + extra + settle + (self.gpu_wait if waited else 0.0)
 
     @property
+    def fitted(self) -> frozenset[tuple[str, str]]:
+        """The printed numbers this profile was fitted to, as (scenario, label) pairs
+        (`asyncsim.model.printed`): a preset reproduces them by construction, so only the others
+        test it. Empty for a calibrated profile, which no scenario's number went into."""
+        return frozenset(tuple(pair) for pair in self.meta.get("fitted", ()))
+
+    @property
     def contended(self) -> bool:
         """Whether any host contention (wake-ups, the GIL, releases, re-checks, crowding) is
         modelled."""
@@ -226,9 +240,10 @@ class Profile:
 
     @classmethod
     def preset(cls, name: str) -> Profile:
-        """A built-in profile by name: 'ideal', 'book' or 'book-zh'."""
+        """A built-in profile by name: 'ideal', or a book machine's ('book', 'book-zh',
+        'book-torch'; `asyncsim.model.book`)."""
         from asyncsim.model import book
-        presets = {"ideal": cls.ideal, "book": book.book, "book-zh": book.book_zh}
+        presets = {"ideal": cls.ideal, **book.PRESETS}
         if name not in presets:
             raise ProfileError(f"unknown profile preset {name!r}; presets: {', '.join(presets)} "
                                f"(or a JSON file saved by Profile.save)")

@@ -17,7 +17,10 @@ frontend pays t3 (a blocker after every op). `max_inflight=k` makes the frontend
 
 Memory: an op's fresh output is reserved on its device when the op's issue starts; it is released
 once the frontend has freed the var and every op reading or writing it has finished. Each change
-adds a sample (t, device, live_bytes). Times are seconds of simulated time from 0.
+adds a sample (t, device, live_bytes); `meta["mark_samples"]` says, for every region begin and
+end (label, begin), how many samples came before it, so that what was live at a region's ends is
+exact even when frees share its instant (`asyncsim.model.rss` reads it). Times are seconds of
+simulated time from 0.
 
 Pricing and blocker costs are the frontend's (see `asyncsim.model.issue`).
 
@@ -101,6 +104,7 @@ class _Model(FrontendProcess):
         self.spans: list[Span] = []
         self.marks: list = []
         self.open_marks: dict = {}
+        self.mark_samples: list = []  # (label, begin, memory samples before the mark)
         self.host = host.Host(self, profile, mode) if profile.contended else None
         self.gil = self.host.gil if self.host else None
         self.pool = self.host.queue if self.host else _Queue(env)
@@ -241,7 +245,8 @@ def simulate(program: Program, profile: Profile | str, mode: str = "async",
                            f"unfinished ops (a dependency cycle?)")
     meta = {"source": "predicted", "workload": program.name, "profile": profile.name,
             "mode": mode, "max_inflight": max_inflight, "params": dict(program.params),
-            "workers": profile.workers, "gpus": profile.gpus}
+            "workers": profile.workers, "gpus": profile.gpus,
+            "mark_samples": [list(mark) for mark in model.mark_samples]}  # as JSON keeps it
     return Trace(spans=model.spans, memory=model.memory, marks=model.marks, meta=meta)
 
 

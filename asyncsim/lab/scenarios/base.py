@@ -4,7 +4,10 @@ A `Scenario` names a workload function (`workload(nd, **params)`, the chapter's 
 against the shared `nd` surface), the parameters that reproduce the book (`params`) and tiny ones
 for tests and CI (`quick`), the benchmark regions its program declares, the devices it needs, and
 the numbers the chapter printed for it (`book`: region label -> seconds, measured on the book's
-own machines; `book_source` says which file and section printed them).
+own machines; `book_source` says which file and section printed them) and `book_profile`, the
+preset of the machine that printed them (`asyncsim.model.book`; by default the one its seed file
+and section name). `asyncsim.model.printed` holds every printed number; `book` repeats the
+scenario's timings for display.
 
 Assumptions: a workload only branches on its parameters, never on data, so it records without
 data (blockers hand back zeros). Region labels are the chapter's `Benchmark` labels where the
@@ -17,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from asyncsim.model.book import preset_for
 
 DEVICES = ("cpu", "cpu+gpu", "cpu+2gpu")
 
@@ -38,6 +43,7 @@ class Scenario:
     book_note: str = ""  # how the book's run differs from this workload, other numbers
     measured_only: tuple[str, ...] = ()  # regions of plain-numpy work: a prediction sees none
     measure: dict = field(default_factory=dict)  # overrides of `params` for real runs (below)
+    book_profile: str = ""  # the book machine's preset; "" = the one book_source (or section) names
 
     def __post_init__(self):
         if self.devices not in DEVICES:
@@ -48,6 +54,8 @@ class Scenario:
             raise ValueError(f"{self.name}: book numbers for undeclared regions {unknown}")
         if self.book and not self.book_source:
             raise ValueError(f"{self.name}: book numbers need a book_source")
+        if not self.book_profile:
+            object.__setattr__(self, "book_profile", preset_for(self.book_source or self.section))
 
     @property
     def num_gpus(self) -> int:

@@ -25,7 +25,8 @@ def torch_warmup(nd, n=10, size=1000, gpu=True, numpy_part=True):
     """The GPU warm-up, ten normal matrices and products in NumPy and in torch, then synchronized.
 
     'numpy' is plain NumPy on the frontend: only a measured run fills it. 'torch' ends without
-    synchronising and shows queuing; 'Done' synchronises (and absorbs what 'torch' left queued).
+    synchronising and shows queuing; 'Done' is the page's next cell (a cell boundary,
+    `nd.cell()`, lets what 'torch' queued finish first) and synchronises its own products.
     """
     device = _ctx(nd, gpu)
     a = nd.random.normal(shape=(size, size), ctx=device)  # GPU warm-up
@@ -42,6 +43,7 @@ def torch_warmup(nd, n=10, size=1000, gpu=True, numpy_part=True):
             a = nd.random.normal(shape=(size, size), ctx=device)
             b = nd.dot(a, a)
 
+    nd.cell()  # the page's next cell: the queued products finish before it starts
     with nd.benchmark('Done'):
         for _ in range(n):
             a = nd.random.normal(shape=(size, size), ctx=device)

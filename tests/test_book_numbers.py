@@ -1,0 +1,127 @@
+"""Every number the book printed: the data (`asyncsim.model.printed`), the presets fitted to a
+declared few of them (`asyncsim.model.book`, `Profile.fitted`) and the table that predicts the
+rest (`asyncsim.lab.booktable`)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from asyncsim.lab import booktable, scenarios
+from asyncsim.model import book
+from asyncsim.model.printed import BY_KEY, PRINTED, RSS
+from asyncsim.model.profile import Profile
+from asyncsim.model.simulate import simulate
+
+SEEDS = Path(__file__).resolve().parents[1].parent / "shared" / "seeds"
+PRESETS = ("book", "book-zh", "book-torch")
+
+
+def test_the_seeds_print_61_numbers_each_listed_once():
+    """61 rows, one per printed number, each key once, each value the number in its line."""
+    assert len(PRINTED) == 61 and len(BY_KEY) == 61
+    for row in PRINTED:
+        numbers = [float(x) for x in re.findall(r"-?\d+\.\d+", row.text)]
+        assert row.value in numbers, row.text
+        assert row.unit == ("MB" if row.label == RSS else "s")
+
+
+@pytest.mark.skipif(not SEEDS.is_dir(), reason="the seed chapters are not beside the repository")
+def test_every_line_is_printed_verbatim_in_its_seed():
+    """Each row's text is found, as written, in the seed file it names."""
+    texts = {}
+    for row in PRINTED:
+        if row.file not in texts:
+            texts[row.file] = (SEEDS / row.file).read_text()
+        assert row.text in texts[row.file], (row.file, row.text)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_a_preset_reproduces_the_numbers_it_declares_fitted(name):
+    """Simulating each scenario a preset was fitted to gives back the printed number (to 0.5%):
+    the declared fits are the ones the derivations in asyncsim.model.book use."""
+    profile = Profile.preset(name)
+    assert profile.fitted == book.FITTED[name] and profile.fitted
+    traces = {}
+    for scenario, label in sorted(profile.fitted):
+        sc = scenarios.get(scenario)
+        if scenario not in traces:
+            prof = profile if profile.gpus >= sc.num_gpus else profile.replace(gpus=sc.num_gpus)
+            traces[scenario] = simulate(sc.record(), prof)
+        printed = BY_KEY[scenario, label].value
+        assert traces[scenario].regions[label] == pytest.approx(printed, rel=0.005), label
+
+
+def test_fitted_rows_are_their_machines_and_fit_no_one_twice():
+    """A preset is fitted only to numbers its own machine printed, each a covered time row, and
+    no number serves two presets; a calibrated-style profile declares none."""
+    seen = set()
+    for name, pairs in book.FITTED.items():
+        for key in pairs:
+            row = BY_KEY[key]
+            assert book.MACHINES[row.machine] == name, key
+            assert row.label != RSS and not row.needs, key
+            assert key not in seen
+            seen.add(key)
+    assert Profile.ideal().fitted == frozenset()
+    assert Profile.preset("book").replace(t1=1e-4).fitted == book.FITTED["book"]
+
+
+def test_scenarios_agree_with_the_printed_rows():
+    """A scenario's `book` numbers are the printed rows of that scenario, and its book_profile is
+    the preset of the machine that printed them."""
+    for sc in scenarios.SCENARIOS.values():
+        for label, seconds in sc.book.items():
+            row = BY_KEY[sc.name, label]
+            assert row.value == seconds, (sc.name, label)
+            assert sc.book_profile == book.MACHINES[row.machine], sc.name
+    for row in PRINTED:
+        sc = scenarios.SCENARIOS.get(row.scenario)
+        if sc is not None:
+            assert sc.book_profile == book.MACHINES[row.machine], row.scenario
+
+
+def test_preset_for_reads_seed_and_section():
+    """Seed 003's 8.1 and 8.2 are the notebook's machine, its 8.3-8.5 the book's GPU machine."""
+    assert book.preset_for("003_3c45022c8209ddba.txt 8.2.1") == "book-zh"
+    assert book.preset_for("8.4.3 (003_3c45022c8209ddba.txt)") == "book"
+    assert book.preset_for("12.2 exercise 4 (001_c4db6a957a3c16a4.txt)") == "book"
+    assert book.preset_for("PyTorch (004_344996d425b31308.txt)") == "book-torch"
+
+
+@pytest.fixture(scope="module")
+def table():
+    quick = {"warmup", "blockers", "queued_vs_finished", "blockers_8_2", "torch_warmup",
+             "memory_barrier", "cpu_gpu_parallel"}
+    return booktable.rows(only=quick)
+
+
+def test_the_table_has_a_row_per_printed_number(table):
+    """One row per printed number, in order; fitted rows are those the preset declares, plain
+    NumPy lines are never predicted, and every computed row has a value and an error."""
+    assert [r.printed for r in table] == list(PRINTED)
+    for r in table:
+        if r.printed.needs == "numpy":
+            assert r.status.startswith("not predictable") and not r.covered
+        elif r.covered:
+            fitted = r.printed.key in Profile.preset(r.preset).fitted
+            assert r.status == ("fitted" if fitted else "predicted")
+            assert r.error is not None
+        else:
+            assert r.status.startswith("not")
+    memory = [r for r in table if r.printed.label == RSS and r.covered]
+    assert memory and all(r.peak is not None and r.peak >= r.predicted for r in memory)
+
+
+def test_summary_counts_add_up(table):
+    """Counts split by unit add up to the whole; predicted within 10% <= within 25%."""
+    whole = booktable.summary(table)
+    parts = [booktable.summary(table, unit) for unit in ("s", "MB")]
+    for key in ("printed", "covered", "fitted", "predicted", "within_10"):
+        assert whole[key] == sum(p[key] for p in parts)
+    assert whole["within_10"] <= whole["within_25"] <= whole["predicted"]
+    assert whole["printed"] == 61
+    text = booktable.format_table(table)
+    assert text.count("\n") >= 61 and "increased memory" in text
