@@ -22,13 +22,20 @@ Recorded in the Trace (seconds from the engine's start, `time.perf_counter_ns`):
 
 Devices: arrays made without ctx live on the CPU, or on gpu(0) with `device='gpu'`. A GPU is set
 up when first named; one that cannot be used fails at the call, saying how to run under the
-simulator (NUMBA_ENABLE_CUDASIM=1).
+simulator (NUMBA_ENABLE_CUDASIM=1). An array that cannot be allocated is a MemoryError at the
+call, naming the op and the shape; nothing stays counted.
+
+Ending: a session left by an exception (Ctrl-C included) cancels its engine: ops not yet started
+are dropped, so the error reaches the caller at once (`realexec.engine.shutdown`). A long
+session can record less: `trace=False` keeps no spans, samples or marks (live and peak bytes
+are still counted), `trace=N` the last ~N of each.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import platform
 import threading
 from time import perf_counter_ns
@@ -42,6 +49,7 @@ from realexec.cpu import kernels as cpu
 from realexec.engine.core import FRONTEND, Engine, default_workers
 from realexec.engine.deps import Var
 from realexec.engine.memory import Pool, RssProbe
+from realexec.engine.shutdown import EngineStopped, trace_log
 from realexec.gpu.backend import GpuBackend
 from realexec.gpu.device import check_gpu
 from realexec.gpu.vars import StreamVar, after_device, host_wait
@@ -53,18 +61,19 @@ _warm = False
 class EngineBackend(GpuBackend):
     """What `ND` calls: turns op records into engine pushes and blockers into engine waits."""
 
-    def __init__(self, engine: Engine, device: str = "cpu"):
+    def __init__(self, engine: Engine, device: str = "cpu", trace: bool | int = True):
         self.engine = engine
         self.device = device
-        self.pools = {"cpu": Pool("cpu")}  # GPUs add theirs ("gpu0": a GpuPool) when first named
+        # GPUs add theirs ("gpu0": a GpuPool) when first named
+        self.pools = {"cpu": Pool("cpu", samples=trace)}
         self.kernels = cpu.KERNELS
         self.vars: dict = {}  # frontend var id -> engine Var (its name is its device)
         self._release_cpu = self.pools["cpu"].release  # bound once: a free per op passes it
         self._init_gpu()
-        self.marks: list[tuple[str, int, int]] = []
+        self.marks = trace_log(trace)  # (label, start_ns, end_ns)
         self._open_marks: list[tuple[str, int]] = []
         self._rss = RssProbe()
-        self._rss_samples: list[tuple[int, str, int]] = []
+        self._rss_samples = trace_log(trace)  # (t_ns, "cpu:rss", bytes)
         self._last_rss_ns = 0
         self._sample_rss(perf_counter_ns(), force=True)
 
@@ -72,7 +81,11 @@ class EngineBackend(GpuBackend):
     def check_device(self, device: str) -> None:
         if device not in self.pools:
             check_device(device)
-            self._add_gpu(device)
+            if device.startswith("cpu"):  # cpu(i): host memory, a lane of workers of its own
+                self.pools[device] = Pool(device)
+                self.engine.add_lane(device, self.engine.workers)
+            else:
+                self._add_gpu(device)
 
     def issue(self, op, out_var, host) -> None:
         engine = self.engine
@@ -80,13 +93,20 @@ class EngineBackend(GpuBackend):
             engine.throttle(op.name, op.id)  # before reserving: the cap bounds memory too
         t_issue = perf_counter_ns()
         gpus = self.gpus
-        if gpus and (op.device != "cpu" or op.attrs.get("src", "cpu") != "cpu"):
+        if gpus and (op.device[0] == "g" or op.attrs.get("src", "cpu")[0] == "g"):
+            if "cpu" not in (op.device, op.attrs.get("src", op.device)) and op.name == "copyto":
+                raise ValueError(f"copyto: copies between a GPU and {op.device} are not "
+                                 f"supported; copy through cpu(0)")
             self._issue_gpu(op, out_var, host, t_issue)
             return
         vars_ = self.vars
         if out_var is not None:
             device = out_var.device
-            out = Var(device, self.pools[device].acquire(out_var.shape, out_var.dtype))
+            try:
+                out = Var(device, self.pools[device].acquire(out_var.shape, out_var.dtype))
+            except MemoryError as exc:
+                raise MemoryError(f"{op.name}: cannot allocate an array of shape "
+                                  f"{out_var.shape} ({out_var.dtype}): {exc}") from None
             vars_[out_var.id] = out
         else:
             out = vars_[op.out]
@@ -106,7 +126,13 @@ class EngineBackend(GpuBackend):
             copied = tuple([v for v in reads if type(v) is StreamVar])
             if copied:  # buffers a copy from a GPU fills: wait for those copies first
                 fn, args = after_device, (fn, copied, *args)
-        engine.push(fn, reads, (out,), "cpu", op.name, args, op.id, t_issue)
+        try:
+            engine.push(fn, reads, (out,), op.device, op.name, args, op.id, t_issue)
+        except EngineStopped:  # refused before queuing: give the fresh output back
+            if out_var is not None:
+                vars_.pop(out_var.id, None)
+                self.pools[out_var.device].release(out.data)
+            raise
 
     def sync(self, kind: str, var: int | None):
         start = perf_counter_ns()
@@ -192,21 +218,28 @@ class EngineBackend(GpuBackend):
                            "gpus": self._gpu_meta(), "gpu_clock_error_s": self.gpu_clock_error(),
                            **(meta or {})})
 
-    def close(self) -> None:
-        self.engine.close()
-        if self.gpus:
-            self._close_gpus()
-        self._rss.close()
+    def close(self, cancel: bool = False) -> None:
+        """Close the engine (`Engine.close`: drain, or with `cancel` drop what has not
+        started), then the GPUs (a cancelled engine's streams are not waited for)."""
+        try:
+            self.engine.close(cancel)
+        finally:
+            if self.gpus:
+                if cancel or self.engine.stopped:
+                    self.releases.closed = True  # arrays that outlive the run go when dropped
+                else:
+                    self._close_gpus()
+            self._rss.close()
 
 
 def check_device(device: str) -> None:
     """A ValueError at the call for a device that is unknown or cannot be used here."""
-    if device == "cpu":
+    if device == "cpu" or (device.startswith("cpu") and device[3:].isdigit()):
         return
     if device.startswith("gpu") and device[3:].isdigit():
         check_gpu(int(device[3:]))
         return
-    raise ValueError(f"unknown device {device!r}: devices are 'cpu' and 'gpuN'")
+    raise ValueError(f"unknown device {device!r}: devices are 'cpu', 'cpuN' and 'gpuN'")
 
 
 def machine() -> str:
@@ -229,8 +262,23 @@ def _blas_threads() -> int | None:
     return max(counts) if counts else None
 
 
+# process-wide settings that open sessions share, in whatever threads: the first to open saves
+# (gc: freezes), the last to close restores (a session restoring what the one before it had set
+# left BLAS at one thread for the rest of the process when two threads overlapped). Re-entrant:
+# a collection started inside may finalize a session left open, which takes it again.
+_shared_lock = threading.RLock()
 _frozen_sessions = 0
-_frozen_lock = threading.Lock()
+_blas_sessions = 0
+_blas_before: int | None = None
+
+
+def _fresh_lock_in_child() -> None:
+    global _shared_lock
+    _shared_lock = threading.RLock()  # a thread of the parent may have held it at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_lock_in_child)
 
 
 @contextlib.contextmanager
@@ -244,22 +292,52 @@ def frozen_gc():
     pushes: without the freeze they cost more per push than the push itself. Objects made
     inside the block are collected as usual; cycles among the frozen ones wait for the exit."""
     global _frozen_sessions
-    with _frozen_lock:
+    with _shared_lock:
         if _frozen_sessions == 0:
             gc.freeze()
         _frozen_sessions += 1
     try:
         yield
     finally:
-        with _frozen_lock:
+        with _shared_lock:
             _frozen_sessions -= 1
             if _frozen_sessions == 0:
                 gc.unfreeze()
 
 
+def _set_blas_threads(threads: int) -> None:
+    """`cpu.set_blas_threads` from whichever thread calls (the caller holds _shared_lock).
+    threadpoolctl lets only the first thread that limited OpenBLAS limit it again and ignores
+    the others silently; the sessions' setting is serialised here, so any thread may make it."""
+    with contextlib.suppress(ImportError, AttributeError):
+        from threadpoolctl import OpenBLASController
+
+        OpenBLASController.clear_controlling_thread(force=True)
+    cpu.set_blas_threads(threads)
+
+
+@contextlib.contextmanager
+def blas_threads(threads: int):
+    """BLAS at `threads` threads in the block; the setting from before the first of the open
+    blocks (in any thread) comes back when the last one ends."""
+    global _blas_sessions, _blas_before
+    with _shared_lock:
+        if _blas_sessions == 0:
+            _blas_before = _blas_threads()
+        _blas_sessions += 1
+        _set_blas_threads(threads)
+    try:
+        yield
+    finally:
+        with _shared_lock:
+            _blas_sessions -= 1
+            if _blas_sessions == 0 and _blas_before is not None:
+                _set_blas_threads(_blas_before)
+
+
 @contextlib.contextmanager
 def session(workers: int | None = None, mode: str = "async", max_inflight: int | None = None,
-            seed: int = 0, device: str = "cpu"):
+            seed: int = 0, device: str = "cpu", trace: bool | int = True):
     """An `nd` over a fresh engine, for interactive use; the engine is closed on exit.
 
         >>> with realexec.session(workers=2) as nd:
@@ -268,9 +346,14 @@ def session(workers: int | None = None, mode: str = "async", max_inflight: int |
         125000000.0
 
     BLAS gets cores // workers threads meanwhile (so W concurrent products do not oversubscribe
-    the cores; all cores in sync mode), and its previous setting is restored afterwards. The
-    objects that exist when the session starts are moved out of the cyclic GC's way until it
-    ends (`frozen_gc`)."""
+    the cores; all cores in sync mode), and its previous setting is restored when the last open
+    session ends (`blas_threads`). The objects that exist when the session starts are moved out
+    of the cyclic GC's way until it ends (`frozen_gc`). `trace`: True records everything, False
+    no spans, samples or marks, N the last ~N of each.
+
+    Leaving the block by an exception (Ctrl-C included) cancels the engine: the ops not yet
+    started are dropped and the exception propagates at once; leaving it normally waits for
+    every op, and warns of a failure no blocker reported."""
     global _warm
     if not _warm:  # compile (or load from numba's cache) before any timing starts
         cpu.warmup(("float32", "float64"))
@@ -279,34 +362,38 @@ def session(workers: int | None = None, mode: str = "async", max_inflight: int |
         raise ValueError(f"device must be 'cpu' or 'gpu' (where arrays made without a ctx "
                          f"live), got {device!r}")
     check_device("cpu" if device == "cpu" else "gpu0")
-    before = _blas_threads()
-    with frozen_gc():
-        engine = Engine(workers=workers, mode=mode, max_inflight=max_inflight)
-        backend = None
-        try:
-            backend = EngineBackend(engine, device)
-            cores = default_workers()
-            cpu.set_blas_threads(cores if mode == "sync" else max(1, cores // engine.workers))
-            if device == "gpu":
-                backend.check_device("gpu0")  # set up (and on a real GPU, compile) before timing
-            yield ND(backend, seed=seed, device=device)
-        finally:
+    engine = Engine(workers=workers, mode=mode, max_inflight=max_inflight, trace=trace)
+    cores = default_workers()
+    threads = cores if mode == "sync" else max(1, cores // engine.workers)
+    cancel = False
+    backend = None
+    try:
+        with frozen_gc(), blas_threads(threads):
             try:
-                if backend is not None:
-                    backend.close()
-                else:
-                    engine.close()
+                backend = EngineBackend(engine, device, trace)
+                if device == "gpu":
+                    backend.check_device("gpu0")  # set up (on a real GPU, compile) before timing
+                yield ND(backend, seed=seed, device=device)
+            except GeneratorExit:  # the session object was dropped unclosed: drain, as at exit
+                raise
+            except BaseException:
+                cancel = True
+                raise
             finally:
-                if before is not None:
-                    cpu.set_blas_threads(before)
+                if backend is not None:
+                    backend.close(cancel)
+    finally:
+        engine.close(cancel=True)  # a no-op once closed; a session that failed to start
 
 
 def run(workload, device: str = "cpu", workers: int | None = None, mode: str = "async",
-        max_inflight: int | None = None, seed: int = 0, **params) -> Trace:
-    """Run `workload(nd, **params)` on the real engine and return its measured Trace."""
+        max_inflight: int | None = None, seed: int = 0, trace: bool | int = True,
+        **params) -> Trace:
+    """Run `workload(nd, **params)` on the real engine and return its measured Trace (`trace`:
+    as for `session`). An exception of the workload, Ctrl-C included, propagates at once."""
     name = check_workload(workload)
     check_params(workload, params)
-    with session(workers, mode, max_inflight, seed, device) as nd:
+    with session(workers, mode, max_inflight, seed, device, trace) as nd:
         backend = nd._backend
         workload(nd, **params)
         backend.drain()  # ops the workload left queued still belong to its run

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from asyncsim.gluon.kvstore import ALLREDUCE
 from asyncsim.gluon.parameter import Parameter
+from asyncsim.nd import autograd
 
 
 class Trainer:
@@ -39,6 +40,10 @@ class Trainer:
     def step(self, batch_size: int, ignore_stale_grad: bool = False) -> None:
         """One SGD update of every parameter with its gradient averaged over `batch_size`."""
         scale = 1.0 / batch_size
+        with autograd.phase("kvstore"):  # MXNet sums and updates in its kvstore, in C++
+            self._update(scale)
+
+    def _update(self, scale: float) -> None:
         for p in self.params:
             if p.grad_req == "null":
                 continue

@@ -28,6 +28,7 @@ DEVICE_KINDS = ("cpu", "gpu", "frontend")
 GROUPS = tuple(sorted({d.group for d in OPS.values()}))
 LINKS = ("cpu->gpu", "gpu->cpu", "gpu->gpu")
 READBACK = "gpu->host"  # a blocker's copy of GPU data into fresh host memory (an optional link)
+PHASES = ("backward", "kvstore")  # "frontend:<phase>": the issue of ops autograd or a Trainer makes
 BROADCAST = "broadcast"  # the key of a binary op whose operands' shapes differ
 COST_FIELDS = ("latency", "bandwidth", "peak", "cache", "spill", "cache2", "spill2", "crowd")
 
@@ -67,13 +68,18 @@ class Cost:
 
 
 def device_kind(device: str) -> str:
-    """"cpu" for "cpu", "gpu" for "gpu0", "gpu1", ..."""
-    return "cpu" if device == "cpu" else "gpu"
+    """"cpu" for "cpu", "cpu1", ...; "gpu" for "gpu0", "gpu1", ..."""
+    return "cpu" if device.startswith("cpu") else "gpu"
 
 
 def is_link_copy(op) -> bool:
-    """A `copyto` that crosses devices: it runs on a copy engine and is priced by `links`."""
-    return op.name == "copyto" and op.attrs.get("src", op.device) != op.attrs.get("dst", op.device)
+    """A `copyto` that crosses a GPU's boundary: it runs on a copy engine and is priced by
+    `links`. A copy between two CPU devices (cpu(0) and cpu(1): the same host memory) is an
+    ordinary copy op on the destination's workers."""
+    if op.name != "copyto":
+        return False
+    src, dst = op.attrs.get("src", op.device), op.attrs.get("dst", op.device)
+    return src != dst and "gpu" in (device_kind(src), device_kind(dst))
 
 
 def _from_text(value):
@@ -118,7 +124,8 @@ def check_key(key: str, table: str, source: str = "profile") -> None:
     kind, colon, name = key.partition(":")
     wildcard = name == "*" and kind != "frontend"
     blocker = name in BLOCKERS and kind == "frontend"
-    known = name in OPS or name in GROUPS or name == BROADCAST or wildcard or blocker
+    phase = name in PHASES and kind == "frontend"  # ops issued by backward or a Trainer
+    known = name in OPS or name in GROUPS or name == BROADCAST or wildcard or blocker or phase
     if not colon or kind not in DEVICE_KINDS or not known:
         raise ProfileError(
             f"{source}: unknown cost key {key!r}; use DEVICE:NAME with DEVICE one of "

@@ -215,7 +215,7 @@ class Cores:
 class Host:
     """The contention state of one simulation run (`model` is simulate's `_Model`)."""
 
-    def __init__(self, model, profile, mode: str):
+    def __init__(self, model, profile, mode: str, workers: int | None = None):
         self.model = model
         self.env = env = model.env
         self.sync = sync = mode == "sync"
@@ -226,7 +226,9 @@ class Host:
         handover = profile.handover or profile.dispatch
         self.gil = Gil(env, handover, profile.switch) if profile.gil and not sync else None
         self.crowding = 0  # crowding kernels running now
-        crowded = profile.cores < profile.workers + 1 and not sync
+        # every CPU device's workers share the cores (and the GIL): one process
+        workers = profile.workers if workers is None else workers
+        crowded = profile.cores < workers + 1 and not sync
         self.cores = Cores(env, profile.cores) if crowded else None
         self.spin = profile.spin
         self.waiting = False  # the frontend is blocked (and holds no core)
@@ -235,7 +237,19 @@ class Host:
         self.recheck = 0.0 if sync else profile.recheck
         self.blocked = None  # the event the frontend's blocker waits for, while it waits
         self.parts: list[tuple[float, float, float, float]] = []  # position -> split cost
-        self.queue = WakeQueue()
+        self.queues: dict[str, WakeQueue] = {}  # per CPU device: cpu(0), cpu(1), ...
+        self.queue = self.queue_for("cpu")
+
+    def queue_for(self, device: str) -> WakeQueue:
+        """The ready queue of CPU device `device` ("cpu", "cpu1", ...)."""
+        if device not in self.queues:
+            self.queues[device] = WakeQueue()
+        return self.queues[device]
+
+    @property
+    def wakes(self) -> int:
+        """Wake-ups of idle workers so far, on every CPU device."""
+        return sum(q.wakes for q in self.queues.values())
 
     def prepare(self, op, cost, link: bool) -> None:
         """Split the op's lane cost: (latency with the GIL, bytes time, flops time (without the
@@ -290,10 +304,10 @@ class Host:
     # -- workers --------------------------------------------------------------------------------
     def worker(self, lane: str, queue, in_order: bool):
         """A CPU worker's process: the simulator's `_worker` with the host's effects."""
-        model, env, items = self.model, self.env, self.queue.items
+        model, env, items = self.model, self.env, queue.items
         spans, ops, parts, finish = model.spans, model.ops, self.parts, model._finish
         timeout, gil, hold, cores = env.timeout, self.gil, self.hold, self.cores
-        queue, core, sync = self.queue, False, self.sync
+        core, sync = False, self.sync
         while True:
             if not items:
                 if gil is not None:  # blocked in the queue's get: the GIL goes
@@ -344,10 +358,10 @@ class Host:
             spans.append(Span(lane, op.name, op.id, start, env.now, model.kinds[position]))
             if sync and hold:  # NaiveEngine: the issuing call returns after the completion
                 yield timeout(hold)
-            wakes = queue.wakes
+            wakes = self.wakes
             released = finish(position, op)
             after = released * self.release + (0.0 if sync else hold)
-            after += (queue.wakes - wakes) * self.wake  # idle workers handed what it made ready
+            after += (self.wakes - wakes) * self.wake  # idle workers handed what it made ready
             if self.recheck and self.frontend_blocked():
                 after += self.recheck  # a blocked frontend tests its condition meanwhile
             if after:

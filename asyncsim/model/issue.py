@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import simpy
 
-from asyncsim.model.profile import is_link_copy
+from asyncsim.model.profile import device_kind, is_link_copy
 from asyncsim.nd.ops import BROADCASTING
 from asyncsim.nd.program import Free, Mark, Op, Sync
 from asyncsim.nd.trace import Span
@@ -73,13 +73,14 @@ class FrontendProcess:
                 if host is None:
                     position = self._push(ins, queue)
                 else:  # the push may wake an idle worker, which the frontend pays for
-                    wakes = host.queue.wakes
+                    wakes = host.wakes
                     position = self._push(ins, queue)
-                    if host.wake and host.queue.wakes > wakes:
+                    if host.wake and host.wakes > wakes:
                         yield timeout(host.wake)
                 spans.append(Span("frontend", ins.name, ins.id, start, env.now, "issue"))
                 if self.sync_mode or (profile.pageable and ins.name == "copyto"
-                                      and ins.device == "cpu" and ins.attrs["src"] != "cpu"):
+                                      and device_kind(ins.device) == "cpu"
+                                      and device_kind(ins.attrs["src"]) == "gpu"):
                     start = env.now
                     yield self.done_events.setdefault(position, env.event())
                     yield timeout(profile.t3)
@@ -140,7 +141,8 @@ class FrontendProcess:
         """Price `op` and pick its lane queue (cached per op name and devices); return its issue
         cost and that queue."""
         broadcast = op.name in BROADCASTING and self._broadcast(op)
-        key = (op.name, op.device, op.attrs.get("src"), broadcast, op.attrs.get("graph"))
+        key = (op.name, op.device, op.attrs.get("src"), broadcast, op.attrs.get("graph"),
+               op.attrs.get("phase"))
         rule = self.rules.get(key)
         if rule is None:
             rule = self.rules[key] = self._rule(op, broadcast)
@@ -151,11 +153,12 @@ class FrontendProcess:
         else:
             self.durations.append(lane_cost.time(op.nbytes, op.flops))
         self.kinds.append("copy" if link else "exec")
-        self.in_order.append(queue is not self.pool)
+        self.in_order.append(not any(queue is q for q in self.cpu_queues))
+        self.queue_of.append(queue)
         if self.host is not None:
             self.host.prepare(op, lane_cost, link)
         cost = self.profile.t1 if issue_cost is None else issue_cost.time(op.nbytes, op.flops)
-        if op.device != "cpu":
+        if device_kind(op.device) == "gpu":
             cost += self.profile.gpu_issue
         if len(self.ops) == 1:  # the first push into a fresh engine
             cost += self.profile.startup
@@ -169,12 +172,12 @@ class FrontendProcess:
     def _rule(self, op: Op, broadcast: bool) -> tuple:
         link = is_link_copy(op)
         _, lane_cost = self.profile.rule(op, broadcast)
-        if op.device == "cpu" and not link:
-            queue = self.pool
-        elif link and op.device == "cpu" and self.profile.pageable:
+        if device_kind(op.device) == "cpu" and not link:
+            queue = self.pools[op.device]
+        elif link and device_kind(op.device) == "cpu" and self.profile.pageable:
             queue = self.streams[op.attrs["src"], "compute"]  # serialised with compute
         elif link:  # the GPU end of the copy owns the copy engine (the destination for gpu->gpu)
-            gpu = op.device if op.device != "cpu" else op.attrs["src"]
+            gpu = op.device if device_kind(op.device) == "gpu" else op.attrs["src"]
             queue = self.streams[gpu, "copy"]
         else:
             queue = self.streams[op.device, "compute"]

@@ -156,6 +156,9 @@ class Profile:
     def issue_rule(self, op, broadcast: bool = False) -> Cost | None:
         """The "frontend:" Cost that prices issuing `op`, or None when t1 does."""
         keys = (f"frontend:{op.name}", f"frontend:{OPS[op.name].group}")
+        phase = op.attrs.get("phase")
+        if phase is not None and f"frontend:{phase}" in self.costs:
+            return self.costs[f"frontend:{phase}"]  # issued by backward, or by a Trainer
         for key in (f"frontend:{BROADCAST}", *keys) if broadcast else keys:
             if key in self.costs:
                 return self.costs[key]

@@ -94,7 +94,8 @@ class _Model(FrontendProcess):
         self.inflight = 0
         self.idle_event = None  # Event a waitall waits on
         # a waitall of a program that runs anything on a GPU also waits for the devices
-        self.gpu_program = "gpu" if any(d != "cpu" for d in program.devices) else "cpu"
+        self.gpu_program = ("gpu" if any(device_kind(d) == "gpu" for d in program.devices)
+                            else "cpu")
         self.slots = simpy.Container(env, max_inflight, init=max_inflight) if max_inflight else None
         self.touching: dict = {}  # var -> count of unfinished ops that read or write it
         self.freed: set = set()  # vars dropped by the frontend but still touched
@@ -105,12 +106,22 @@ class _Model(FrontendProcess):
         self.marks: list = []
         self.open_marks: dict = {}
         self.mark_samples: list = []  # (label, begin, memory samples before the mark)
-        self.host = host.Host(self, profile, mode) if profile.contended else None
+        # every CPU device (cpu(0) is "cpu", cpu(i) "cpu{i}") has its own ready queue and
+        # `profile.workers` workers; they share the host's cores and GIL
+        cpus = sorted({d for d in program.devices if device_kind(d) == "cpu"} | {"cpu"})
+        workers = _worker_processes(program, profile)
+        self.host = (host.Host(self, profile, mode, workers=workers * len(cpus))
+                     if profile.contended else None)
         self.gil = self.host.gil if self.host else None
-        self.pool = self.host.queue if self.host else _Queue(env)
-        for k in range(_worker_processes(program, profile)):
-            worker = self.host.worker if self.host else self._worker
-            env.process(worker(f"cpu/w{k}", self.pool, False))
+        self.pools = {}
+        for device in cpus:
+            self.pools[device] = pool = self.host.queue_for(device) if self.host else _Queue(env)
+            for k in range(workers):
+                worker = self.host.worker if self.host else self._worker
+                env.process(worker(f"{device}/w{k}", pool, False))
+        self.pool = self.pools["cpu"]
+        self.cpu_queues = list(self.pools.values())
+        self.queue_of: list = []  # position -> the queue its op runs from
         self.streams = {}
         for i in range(profile.gpus):
             for part in ("compute", "copy"):
@@ -122,7 +133,7 @@ class _Model(FrontendProcess):
     def _dispatch(self, position: int) -> None:
         """`position` has its dependencies met: queue it, or wake the stream waiting for it."""
         if not self.in_order[position]:
-            self.pool.put(position)
+            self.queue_of[position].put(position)
             return
         event = self.stream_waits.pop(position, None)
         if event is None:
@@ -203,12 +214,12 @@ def _worker_processes(program: Program, profile: Profile) -> int:
 
 def _check_devices(program: Program, profile: Profile) -> None:
     for device in program.devices:
-        if device == "cpu":
-            continue
         number = device[3:]
-        if device_kind(device) != "gpu" or not number.isdigit():
+        if device[:3] not in ("cpu", "gpu") or not (number.isdigit() or device == "cpu"):
             raise ValueError(f"program {program.name!r} uses unknown device {device!r}; "
-                             f"devices are 'cpu' and 'gpuN'")
+                             f"devices are 'cpu', 'cpuN' and 'gpuN'")
+        if device_kind(device) == "cpu":
+            continue
         if int(number) >= profile.gpus:
             names = ", ".join(f"gpu{i}" for i in range(profile.gpus))
             has = f"{profile.gpus} GPU{'s' if profile.gpus > 1 else ''} ({names})"

@@ -28,11 +28,15 @@ class AutogradError(RuntimeError):
 
 
 class _State:
-    __slots__ = ("recording", "training")
+    __slots__ = ("recording", "training", "phase")
 
     def __init__(self):
         self.recording = False
         self.training = False
+        # "backward" while backward() issues gradient ops ("kvstore" while a Trainer sums and
+        # updates): the frontend marks those ops (attrs["phase"]) so that a profile can price
+        # their issue apart, as MXNet pushes them from C++, not from Python (`phase()`)
+        self.phase = None
 
 
 STATE = _State()
@@ -64,6 +68,16 @@ def train_mode():
 
 def predict_mode():
     return _scope(STATE.recording, False)
+
+
+@contextlib.contextmanager
+def phase(name: str):
+    """Mark the ops issued inside the block as issued by `name` ("backward", "kvstore")."""
+    before, STATE.phase = STATE.phase, name
+    try:
+        yield
+    finally:
+        STATE.phase = before
 
 
 def is_recording() -> bool:
@@ -128,6 +142,14 @@ def backward(head, head_grad=None, retain_graph: bool = False) -> None:
         raise AutogradError(f"backward: head_grad has shape {head_grad.shape}, the array "
                             f"{head.shape}")
     order = _topological(head)
+    with phase("backward"):
+        _issue_gradients(F, head, head_grad, order)
+    if not retain_graph:
+        for arr in order:
+            arr._node = None
+
+
+def _issue_gradients(F, head, head_grad, order) -> None:
     leaves: dict[int, object] = {}
     with _scope(False, STATE.training):
         grads = {id(head): head_grad if head_grad is not None
@@ -152,9 +174,6 @@ def backward(head, head_grad=None, retain_graph: bool = False) -> None:
             if g.dtype != leaf.dtype:
                 g = F.invoke("cast", g, dtype=leaf.dtype)
             F.invoke("assign", leaf._grad, g, out=leaf._grad)
-    if not retain_graph:
-        for arr in order:
-            arr._node = None
 
 
 __all__ = ["AutogradError", "backward", "is_recording", "is_training", "pause", "predict_mode",

@@ -451,6 +451,8 @@ class ND(Functions):
         var = next(self._var_ids)
         shape, device = first.shape, first.device
         reads = (first.var,) if len(inputs) == 1 else (first.var, inputs[1].var)
+        if _TAPE.phase is not None:
+            attrs = {**attrs, "phase": _TAPE.phase}
         op = Op(op_id, name, reads, var, True, device, attrs, flops, nbytes * (1 + len(inputs)))
         self._backend.issue(op, Var(var, shape, dtype, device, nbytes), None)
         result = NDArray(self, var, shape, dtype, first.ctx, device, nbytes)
@@ -473,6 +475,8 @@ class ND(Functions):
                 in_bytes += out.nbytes
             var, new = out.var, None
         reads = (inputs[0].var,) if len(inputs) == 1 else tuple([a.var for a in inputs])
+        if _TAPE.phase is not None:  # e.g. issued by backward: a profile may price it apart
+            attrs = {**attrs, "phase": _TAPE.phase}
         op = Op(op_id, name, reads, var, out is None, device, attrs, flops, nbytes + in_bytes)
         if out is not None:
             if _TAPE.recording:  # before the issue: a refused in-place write must not run

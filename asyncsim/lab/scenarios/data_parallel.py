@@ -20,13 +20,13 @@ clock. The data is Fashion-MNIST if the user has its files, else a synthetic set
 
 from __future__ import annotations
 
-from asyncsim import autograd, init
-from asyncsim.gluon import Trainer
+from asyncsim.gluon import Trainer, init
 from asyncsim.gluon import loss as gloss
 from asyncsim.gluon import utils as gutils
 from asyncsim.gluon.kvstore import ALLREDUCE
 from asyncsim.lab import d2l
 from asyncsim.lab.scenarios.base import Scenario
+from asyncsim.nd import autograd
 
 
 # -- 8.4: LeNet from scratch ----------------------------------------------------------------------
@@ -156,45 +156,60 @@ def resnet_data_parallel(nd, num_devices=1, batch_size=256, lr=0.1, epochs=4, de
 
 
 _ZH8 = "003_3c45022c8209ddba.txt"
-_QUICK = dict(epochs=1, num_train=8, num_test=4, batch_size=4)
 _EPOCHS = tuple(f"epoch {k}" for k in range(1, 5))
+_GPU_QUICK = dict(epochs=1, num_train=8, num_test=4, batch_size=4, devices='gpu')
+# CPU devices measured here: an epoch of the book's 60000 images is minutes of LeNet and hours of
+# ResNet-18 on a 2-core machine, so these train one epoch on a few batches (synthetic data unless
+# the user has the files); the book's batch size for LeNet, a quarter of it for ResNet-18
+_LENET_CPU = dict(batch_size=256, lr=0.2, epochs=1, devices='cpu', num_train=1024, num_test=256,
+                  kvstore='device')
+_RESNET_CPU = dict(batch_size=16, lr=0.1, epochs=1, devices='cpu', num_train=32, num_test=16,
+                   kvstore='device')
+_CPU_QUICK = dict(epochs=1, num_train=8, num_test=4, batch_size=4, devices='cpu')
+
+
+def _gpu(name, workload, devices, book, note, **params):
+    return Scenario(
+        name, workload, dict(params, epochs=4, devices='gpu', num_train=60000, num_test=10000,
+                             kvstore='device'),
+        dict(_GPU_QUICK, num_devices=params["num_devices"], lr=params["lr"]),
+        note, f"8.4.6 ({_ZH8})" if "lenet" in name else f"8.5.2 ({_ZH8})", _EPOCHS,
+        devices=devices, book=book, book_profile="book-gpu",
+        book_source=f"{_ZH8} 8.4.6" if "lenet" in name else f"{_ZH8} 8.5.2")
+
+
+def _cpu(name, workload, base, num_devices, note):
+    return Scenario(name, workload, dict(base, num_devices=num_devices),
+                    dict(_CPU_QUICK, num_devices=num_devices, lr=base["lr"]), note,
+                    "8.4/8.5 on CPU devices", ("epoch 1",))
+
 
 SCENARIOS = [
-    Scenario(
-        "lenet_1gpu", lenet_data_parallel,
-        dict(num_devices=1, batch_size=256, lr=0.2, epochs=4, devices='gpu', num_train=60000,
-             num_test=10000, kvstore='device'),
-        dict(num_devices=1, lr=0.2, devices='cpu', **_QUICK),
-        "8.4's LeNet from scratch on one device: per batch a forward, a backward, an SGD step "
-        "and a waitall", f"8.4.6 ({_ZH8})", _EPOCHS, devices="cpu+gpu",
-        book={"epoch 1": 1.5, "epoch 2": 1.4, "epoch 3": 1.4, "epoch 4": 1.4},
-        book_source=f"{_ZH8} 8.4.6", book_note="test acc 0.10, 0.60, 0.75, 0.68"),
-    Scenario(
-        "lenet_2gpu", lenet_data_parallel,
-        dict(num_devices=2, batch_size=256, lr=0.2, epochs=4, devices='gpu', num_train=60000,
-             num_test=10000, kvstore='device'),
-        dict(num_devices=2, lr=0.2, devices='cpu', **_QUICK),
-        "the same on two devices: half a batch each, gradients summed through device 0 and "
-        "copied back; the frontend issues twice the tiny ops, so it gets slower",
-        f"8.4.6 ({_ZH8})", _EPOCHS, devices="cpu+2gpu",
-        book={"epoch 1": 2.6, "epoch 2": 2.6, "epoch 3": 2.4, "epoch 4": 2.5},
-        book_source=f"{_ZH8} 8.4.6", book_note="test acc 0.10, 0.69, 0.74, 0.74"),
-    Scenario(
-        "resnet18_1gpu", resnet_data_parallel,
-        dict(num_devices=1, batch_size=256, lr=0.1, epochs=4, devices='gpu', num_train=60000,
-             num_test=10000, kvstore='device'),
-        dict(num_devices=1, lr=0.1, devices='cpu', **_QUICK),
-        "8.5's ResNet-18 with Gluon on one device, batch 256", f"8.5.2 ({_ZH8})", _EPOCHS,
-        devices="cpu+gpu",
-        book={"epoch 1": 14.0, "epoch 2": 12.9, "epoch 3": 13.0, "epoch 4": 13.0},
-        book_source=f"{_ZH8} 8.5.2", book_note="test acc 0.89, 0.91, 0.91, 0.92"),
-    Scenario(
-        "resnet18_2gpu", resnet_data_parallel,
-        dict(num_devices=2, batch_size=512, lr=0.2, epochs=4, devices='gpu', num_train=60000,
-             num_test=10000, kvstore='device'),
-        dict(num_devices=2, lr=0.2, devices='cpu', **_QUICK),
-        "8.5's ResNet-18 on two devices, batch 512: compute-bound, so the epoch nearly halves",
-        f"8.5.2 ({_ZH8})", _EPOCHS, devices="cpu+2gpu",
-        book={"epoch 1": 7.3, "epoch 2": 6.7, "epoch 3": 6.7, "epoch 4": 6.7},
-        book_source=f"{_ZH8} 8.5.2", book_note="test acc 0.69, 0.86, 0.89, 0.90"),
+    _gpu("lenet_1gpu", lenet_data_parallel, "cpu+gpu",
+         {"epoch 1": 1.5, "epoch 2": 1.4, "epoch 3": 1.4, "epoch 4": 1.4},
+         "8.4's LeNet from scratch on one GPU: per batch a forward, a backward, an SGD step and "
+         "a waitall (test acc 0.10, 0.60, 0.75, 0.68)",
+         num_devices=1, batch_size=256, lr=0.2),
+    _gpu("lenet_2gpu", lenet_data_parallel, "cpu+2gpu",
+         {"epoch 1": 2.6, "epoch 2": 2.6, "epoch 3": 2.4, "epoch 4": 2.5},
+         "the same on two GPUs: half a batch each, gradients summed through gpu(0) and copied "
+         "back; the frontend issues twice the tiny ops, so it gets slower (test acc 0.10, 0.69, "
+         "0.74, 0.74)", num_devices=2, batch_size=256, lr=0.2),
+    _gpu("resnet18_1gpu", resnet_data_parallel, "cpu+gpu",
+         {"epoch 1": 14.0, "epoch 2": 12.9, "epoch 3": 13.0, "epoch 4": 13.0},
+         "8.5's ResNet-18 with Gluon on one GPU, batch 256 (test acc 0.89, 0.91, 0.91, 0.92)",
+         num_devices=1, batch_size=256, lr=0.1),
+    _gpu("resnet18_2gpu", resnet_data_parallel, "cpu+2gpu",
+         {"epoch 1": 7.3, "epoch 2": 6.7, "epoch 3": 6.7, "epoch 4": 6.7},
+         "8.5's ResNet-18 on two GPUs, batch 512: compute-bound, so the epoch nearly halves "
+         "(test acc 0.69, 0.86, 0.89, 0.90)", num_devices=2, batch_size=512, lr=0.2),
+    _cpu("lenet_cpu1", lenet_data_parallel, _LENET_CPU, 1,
+         "8.4's LeNet on cpu(0): one epoch of 1024 images, batch 256"),
+    _cpu("lenet_cpu2", lenet_data_parallel, _LENET_CPU, 2,
+         "8.4's LeNet on cpu(0) and cpu(1), a lane of workers each: the chapter's allreduce on "
+         "one host"),
+    _cpu("resnet18_cpu1", resnet_data_parallel, _RESNET_CPU, 1,
+         "8.5's ResNet-18 on cpu(0): two batches of 16"),
+    _cpu("resnet18_cpu2", resnet_data_parallel, _RESNET_CPU, 2,
+         "8.5's ResNet-18 on cpu(0) and cpu(1): two batches of 16, 8 per device"),
 ]
