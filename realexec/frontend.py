@@ -65,6 +65,7 @@ class EngineBackend(GpuBackend):
         self.engine = engine
         self.device = device
         # GPUs add theirs ("gpu0": a GpuPool) when first named
+        self._trace = trace
         self.pools = {"cpu": Pool("cpu", samples=trace)}
         self.kernels = cpu.KERNELS
         self.vars: dict = {}  # frontend var id -> engine Var (its name is its device)
@@ -82,7 +83,7 @@ class EngineBackend(GpuBackend):
         if device not in self.pools:
             check_device(device)
             if device.startswith("cpu"):  # cpu(i): host memory, a lane of workers of its own
-                self.pools[device] = Pool(device)
+                self.pools[device] = Pool(device, samples=self._trace)
                 self.engine.add_lane(device, self.engine.workers)
             else:
                 self._add_gpu(device)
@@ -94,8 +95,9 @@ class EngineBackend(GpuBackend):
         t_issue = perf_counter_ns()
         gpus = self.gpus
         if gpus and (op.device[0] == "g" or op.attrs.get("src", "cpu")[0] == "g"):
-            if "cpu" not in (op.device, op.attrs.get("src", op.device)) and op.name == "copyto":
-                raise ValueError(f"copyto: copies between a GPU and {op.device} are not "
+            ends = (op.device, op.attrs.get("src", op.device))
+            if op.name == "copyto" and "cpu" not in ends and any(e[0] == "c" for e in ends):
+                raise ValueError(f"copyto: copies between {ends[1]} and {ends[0]} are not "
                                  f"supported; copy through cpu(0)")
             self._issue_gpu(op, out_var, host, t_issue)
             return
@@ -164,8 +166,10 @@ class EngineBackend(GpuBackend):
             return
         if type(ev) is StreamVar:
             self._free_stream_var(ev)
-        else:
+        elif ev.name == "cpu":
             self.engine.delete_var(ev, self._release_cpu, (ev.data,))
+        else:  # cpu(i)'s buffer goes back to its own pool
+            self.engine.delete_var(ev, self.pools[ev.name].release, (ev.data,))
 
     def drain(self) -> None:
         """Wait, without a span, until every op pushed so far has run (on every device)."""

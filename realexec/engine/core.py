@@ -42,21 +42,28 @@ Errors: a kernel that raises poisons the vars it writes; ops touching a poisoned
 and poison their own writes. The error surfaces as `OpError` (raised from the original exception)
 at the next blocker on a poisoned var, and at `wait_all`, which then forgets it.
 
-Shutdown: workers are non-daemon threads; `close()` drains, stops and joins them. A hook run at
-interpreter exit, before non-daemon threads are joined, closes engines left open.
+Shutdown (`realexec.engine.shutdown`): `close()` drains, stops and joins the workers; after a
+Ctrl-C in a blocker, or with `close(cancel=True)`, it drops the ops not yet started and abandons
+running ones after `JOIN_S` instead. A failure that no blocker reported is a RuntimeWarning at
+close. Engines left open are drained at interpreter exit (a Ctrl-C there cancels them); in a
+forked child an inherited engine raises `EngineStopped`.
+
+Trace: `trace=False` records no spans, `trace=N` keeps the last N (a long session's log would
+grow by ~400 bytes an op otherwise).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
-import weakref
+import warnings
 from queue import SimpleQueue
-from time import perf_counter_ns
+from time import perf_counter, perf_counter_ns
 
 from asyncsim.nd.trace import Span
+from realexec.engine import shutdown
 from realexec.engine.deps import Deps, Failure, OpError, OpRecord, Var
+from realexec.engine.shutdown import JOIN_S, EngineStopped
 from realexec.engine.spin import Progress
 
 FRONTEND = "frontend"
@@ -91,7 +98,8 @@ class Engine:
     """Vars, pushes, ready queues and workers. Use as a context manager, or call `close()`."""
 
     def __init__(self, workers: int | None = None, mode: str = "async",
-                 max_inflight: int | None = None, spin_s: float = 2e-3):
+                 max_inflight: int | None = None, spin_s: float = 2e-3,
+                 trace: bool | int = True):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if max_inflight is not None and max_inflight < 1:
@@ -117,12 +125,17 @@ class Engine:
         # set (under the lock) at the first failure: until then no var can be poisoned, so a
         # ready op skips the look for an inherited failure
         self._tainted = False
+        self._observed: set[int] = set()  # ids of failures a wait_for_var has raised
         self._closed = False
+        self._stopped: str | None = None  # why queued ops will never run (cancelled, forked)
+        self._interrupted = False  # Ctrl-C left one of its blockers: close() cancels
+        self._forked = False  # this is a fork child's copy: nothing here may be used
         self.lanes: dict[str, Lane] = {}
-        self.log: list[tuple] = []  # (lane, kind, name, op_id, start_ns, end_ns)
+        # (lane, kind, name, op_id, start_ns, end_ns); a list, or a bounded deque
+        self.log = shutdown.trace_log(trace)
         self.origin_ns = perf_counter_ns()
         self.add_lane("cpu", self.workers)
-        _open_engines.add(self)
+        shutdown.register(self)
 
     # -- lanes ---------------------------------------------------------------------------------
     def add_lane(self, name: str, workers: int = 1, kind: str = "exec", labels=None,
@@ -137,8 +150,10 @@ class Engine:
         self.lanes[name] = lane
         if not self._sync:
             for label in lane.labels:
+                # daemon: a worker abandoned in a long kernel by a cancelling close must not keep
+                # the process alive; close() and the exit hook join the others
                 t = threading.Thread(target=self._work, args=(lane, label, thread_context),
-                                     daemon=False, name=f"realexec-{label}")
+                                     daemon=True, name=f"realexec-{label}")
                 lane.threads.append(t)
                 t.start()
         return lane
@@ -154,7 +169,7 @@ class Engine:
         `t_issue` (perf_counter_ns) starts this op's "issue" span, so a caller can include its
         own work before the push (allocating the output)."""
         if self._closed:
-            raise RuntimeError(f"{name}: the engine is closed")
+            raise EngineStopped(f"{name}: {self._stopped or 'the engine is closed'}")
         if self.max_inflight is not None and self._inflight >= self.max_inflight:
             self.throttle(name, op_id)
         if t_issue is None:
@@ -213,18 +228,24 @@ class Engine:
     # -- blockers ------------------------------------------------------------------------------
     def wait_for_var(self, var: Var) -> None:
         """Return when every write pushed on `var` so far has finished; OpError if poisoned."""
+        if self._forked:
+            raise EngineStopped(self._stopped)
         target = var.writes_pushed
         if var.writes_done < target:
             self._wait(lambda: var.writes_done >= target)
         if var.failure is not None:
+            self._observed.add(id(var.failure))
             raise OpError.of(var.failure) from var.failure.exc
 
     def wait_all(self) -> None:
         """Return when every op pushed so far has finished; OpError for failures not yet
         reported by an earlier wait_all (MXNet's WaitForAll drops them: apache/mxnet#13234)."""
+        if self._forked:
+            raise EngineStopped(self._stopped)
         target = self._pushed
         if self._done < target:
             self._wait(lambda: self._done >= target)
+        self._interrupted = False  # nothing left that an interrupted wait would have dropped
         self._raise_failures()
 
     @property
@@ -249,9 +270,12 @@ class Engine:
     def _wait(self, done) -> None:
         """Return when `done()` holds: spin without the GIL for up to spin_s until a worker
         signals that a blocker's condition holds (`realexec.engine.spin`), then sleep on the
-        condition in short timeouts."""
+        condition in short timeouts. EngineStopped if the engine can no longer get there; a
+        Ctrl-C meanwhile marks the engine interrupted (its close() then cancels)."""
         if done():
             return
+        if self._stopped is not None:
+            raise EngineStopped(self._stopped)
         with self._lock:  # registered before the spin reads the counter: no signal is missed
             self._blockers.append(done)
         try:
@@ -261,9 +285,14 @@ class Engine:
                 self._asleep += 1
                 try:
                     while not done():
+                        if self._stopped is not None:
+                            raise EngineStopped(self._stopped)
                         self._cond.wait(_POLL_S)
                 finally:
                     self._asleep -= 1
+        except KeyboardInterrupt:
+            self._interrupted = True
+            raise
         finally:
             with self._lock:
                 self._blockers.remove(done)
@@ -276,7 +305,7 @@ class Engine:
         get, counts = lane.queue.get, self._progress.counts
         while True:
             op = get()
-            if op is _STOP:
+            if op is _STOP or self._stopped is not None:  # cancelled: the rest is dropped
                 return
             if self._run(op, label):
                 # the last thing before get() lets go of the GIL (when the queue is empty): a
@@ -354,27 +383,74 @@ class Engine:
     def closed(self) -> bool:
         return self._closed
 
-    def close(self) -> None:
-        """Let pending ops finish, stop the workers and join them. Idempotent; failures that
-        were never reported are dropped here (close is also the error path's cleanup)."""
+    @property
+    def stopped(self) -> bool:
+        """Ops pushed here will never run: the engine was cancelled, or forked away from."""
+        return self._stopped is not None
+
+    def close(self, cancel: bool = False) -> None:
+        """Let pending ops finish, stop the workers and join them. With `cancel`, or once a
+        Ctrl-C has left one of this engine's blockers, drop the ops not yet started instead, and
+        give running ones `JOIN_S` before abandoning them; a Ctrl-C during the drain does the
+        same, then propagates. Idempotent. Failures that no blocker reported are a
+        RuntimeWarning here."""
         if self._closed:
             return
-        self._wait(lambda: self._done >= self._pushed)
+        if not (cancel or self._interrupted or self._stopped):
+            try:
+                self._wait(lambda: self._done >= self._pushed)
+            except KeyboardInterrupt:
+                self._stop(cancel=True)
+                raise
+            except EngineStopped:  # cancelled meanwhile, by another thread
+                pass
+        self._stop(cancel or self._interrupted)
+
+    def _stop(self, cancel: bool) -> None:
+        # the state first, so that a second Ctrl-C in the joins below leaves nothing to hang on
         self._closed = True
+        shutdown.unregister(self)
+        if cancel and self._done < self._pushed:
+            self._stopped = (f"the engine was stopped with {self._pushed - self._done} op(s) "
+                             f"unfinished")
+            with self._cond:
+                self._cond.notify_all()  # blockers in other threads raise EngineStopped
+            self._progress.counts[0] += 1  # ... and spinning ones look again
         me = threading.current_thread()
         for lane in self.lanes.values():
             for _ in lane.threads:
                 lane.queue.put(_STOP)
+        deadline = perf_counter() + JOIN_S
+        for lane in self.lanes.values():
             for t in lane.threads:
                 if t is not me:
-                    t.join()
-        _open_engines.discard(self)
+                    t.join(max(0.0, deadline - perf_counter()) if cancel else None)
+        self._warn_unreported()
+
+    def _warn_unreported(self) -> None:
+        with self._lock:
+            failures, self._failures = self._failures, []
+        unseen = [f for f in failures if id(f) not in self._observed]
+        if unseen:
+            first = OpError.of(unseen[0], len(unseen) - 1)
+            warnings.warn(f"realexec: a failure no blocker reported, dropped at close: {first}",
+                          RuntimeWarning, stacklevel=4)
+
+    def _orphan(self, why: str) -> None:
+        """In a forked child: this engine's workers stayed in the parent. Refuse everything with
+        `why`; fresh locks (the parent's threads may have held these at the fork)."""
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._blockers, self._asleep, self._failures = [], 0, []
+        self._closed, self._stopped, self._forked = True, why, True
+        for lane in self.lanes.values():
+            lane.threads, lane.queue = [], SimpleQueue()
 
     def __enter__(self) -> Engine:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(cancel=exc_type is not None)  # an error leaves at once, not after the queue
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{self.pending} pending"
@@ -383,22 +459,3 @@ class Engine:
 
 def _nothing(*args) -> None:
     return None
-
-
-_open_engines: weakref.WeakSet = weakref.WeakSet()
-
-
-def _close_open_engines() -> None:
-    for engine in list(_open_engines):
-        with contextlib.suppress(BaseException):
-            engine.close()
-
-
-# threading's own exit hook runs before the interpreter joins non-daemon threads (which our idle
-# workers would block forever); a plain atexit hook would run only after that join
-try:
-    threading._register_atexit(_close_open_engines)
-except AttributeError:  # pragma: no cover - Python without the private hook
-    import atexit
-
-    atexit.register(_close_open_engines)

@@ -20,14 +20,23 @@ finished. Each change records a sample, read back as `(t_ns, device, live_bytes)
 Buffers from elsewhere (a GPU copy's pinned host buffer) are counted on a Pool's device with
 `track`/`untrack`; GPU memory has its own accounting (`realexec.gpu.device.GpuPool`).
 
+A request is counted only once its buffer exists: one that cannot be served (larger than this
+machine's memory, `MemoryError`, or numpy's own refusal) raises and leaves the accounting as it
+was. `samples` takes `False` (no samples: live and peak only) or a cap (about the last cap kept,
+trimmed at releases), for sessions too long to keep a sample per op.
+
 `RssProbe` reads the resident set size from /proc/self/statm through a descriptor kept open (a few
 microseconds a read); it gives None where /proc is missing.
+
+Fork: a child process gets fresh cache locks (`os.register_at_fork`): a lock that a thread of the
+parent held at the fork would never be released in the child.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import sys
 import threading
 from array import array
 from time import perf_counter_ns
@@ -35,6 +44,8 @@ from time import perf_counter_ns
 import numpy as np
 
 _MIB = 1 << 20
+_WHOLE = slice(None)  # made once: a slice made inside a lock could start a collection
+_QUIET_CAP = 4096  # samples a Pool with samples=False keeps (and shows none of)
 _SMALL = 512
 _LARGE_STEP = 2 * _MIB
 
@@ -59,7 +70,9 @@ class BufferCache:
         self.max_bytes = max_bytes
         self.cached_bytes = 0
         self.free: dict[int, list[np.ndarray]] = {}  # size class -> released arrays
-        self.lock = threading.Lock()
+        # re-entrant: a tracer (a debugger, coverage) runs Python code at every line, even inside
+        # a section below, and a collection started there may release an array on this thread
+        self.lock = threading.RLock()
 
     def clear(self) -> None:
         with self.lock:
@@ -73,6 +86,36 @@ _caches: dict[str, BufferCache] = {}
 def shared_cache(device: str) -> BufferCache:
     """The process-wide BufferCache of `device`."""
     return _caches.setdefault(device, BufferCache())
+
+
+def _fresh_locks_in_child() -> None:
+    for cache in _caches.values():
+        cache.lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_locks_in_child)
+
+
+def physical_memory() -> int | None:
+    """Bytes of RAM on this machine, or None where the OS does not say."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+_PHYSICAL = physical_memory()
+
+
+def human_bytes(nbytes: int) -> str:
+    """`nbytes` in B, KiB, MiB, GiB, TiB or PiB, three significant digits."""
+    value, unit = float(nbytes), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(value) < 1024 or unit == "PiB":
+            break
+        value /= 1024
+    return f"{value:.3g} {unit}"
 
 
 # (shape, dtype name) -> (numpy dtype, requested bytes, size class): the push path asks for the
@@ -98,7 +141,8 @@ class Pool:
 
     Thread-safe: the frontend acquires, a worker (or the frontend) releases."""
 
-    def __init__(self, device: str = "cpu", cache: BufferCache | None = None):
+    def __init__(self, device: str = "cpu", cache: BufferCache | None = None,
+                 samples: bool | int = True):
         self.device = device
         self.cache = shared_cache(device) if cache is None else cache
         self.live_bytes = 0
@@ -108,43 +152,65 @@ class Pool:
         # acquire and per release, so no tuple per op for the cyclic GC to count and walk
         self._times = array("q", [perf_counter_ns()])
         self._lives = array("q", [0])
+        # an int: trim to about the last `cap` at a release once twice that many are kept (the
+        # trim costs O(cap) once per cap samples; its slice is made here, see below); False (or
+        # 0): the same with a cap of its own, and `samples` shows only the first
+        self._shown = bool(samples)
+        cap = _QUIET_CAP if not samples else None if samples is True else int(samples)
+        self._trim_at = sys.maxsize if cap is None else 2 * cap
+        self._trimmed = slice(0, cap)
+
+    # Inside `cache.lock` nothing calls Python code or makes an object the cyclic GC tracks (a
+    # frame, a slice, a tuple): that could start a collection, whose NDArray.__del__ frees
+    # (releasing, taking this lock again) on this thread. So the accounting is written out in
+    # each section, not called. Under a tracer it can happen anyway; the lock is re-entrant and
+    # each section stays consistent when a whole release runs inside it.
 
     @property
     def samples(self) -> list[tuple[int, str, int]]:
         """(t_ns, device, live_bytes) at every change, oldest first."""
         with self.cache.lock:  # copies of the arrays (not GC-tracked) that agree in length
-            times, lives = self._times[:], self._lives[:]
+            times, lives = self._times[_WHOLE], self._lives[_WHOLE]
+        if not self._shown:
+            times, lives = times[:1], lives[:1]
         device = self.device
         return [(t, device, live) for t, live in zip(times, lives, strict=True)]
 
     def acquire(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-        """An uninitialised C-contiguous array of `shape` and `dtype`, counted as live."""
+        """An uninitialised C-contiguous array of `shape` and `dtype`, counted as live.
+        MemoryError (nothing counted) when it cannot be had."""
         layout = _LAYOUTS.get((shape, dtype)) or _layout(shape, dtype)
         dt, nbytes, size = layout
         cache = self.cache
-        # no object the cyclic GC tracks is made inside the lock, so a GC-run free (which
-        # releases, taking this lock) cannot start there
+        spare = None
         with cache.lock:
             free = cache.free.get(size)
             if free:
                 spare = free.pop()
                 cache.cached_bytes -= size
                 self.hits += 1
-            else:
-                spare = None
-                self.misses += 1
+                self.live_bytes += nbytes
+                live = self.live_bytes
+                if live > self.peak_bytes:
+                    self.peak_bytes = live
+                self._times.append(perf_counter_ns())
+                self._lives.append(live)
+        if spare is not None:
+            if spare.shape == shape and spare.dtype is dt:
+                return spare  # the array released last time fits as it is: no view to build
+            return np.ndarray(shape, dt, spare.base)
+        # a fresh buffer, made before it is counted (a request that fails leaves no trace), and
+        # outside the lock: fresh pages may take a while
+        fresh = np.ndarray(shape, dt, _fresh_buffer(size, nbytes, self.device))
+        with cache.lock:
+            self.misses += 1
             self.live_bytes += nbytes
             live = self.live_bytes
             if live > self.peak_bytes:
                 self.peak_bytes = live
             self._times.append(perf_counter_ns())
             self._lives.append(live)
-        if spare is None:
-            # outside the lock: fresh pages may take a while
-            return np.ndarray(shape, dt, np.empty(size, np.uint8))
-        if spare.shape == shape and spare.dtype is dt:
-            return spare  # the array released last time fits as it is: no view to build
-        return np.ndarray(shape, dt, spare.base)
+        return fresh
 
     def release(self, array: np.ndarray) -> None:
         """Give back an array that `acquire` returned; it goes to the cache, where its buffer
@@ -152,10 +218,12 @@ class Pool:
         raw = array.base
         assert raw is not None and raw.itemsize == 1, "not an array from a Pool"
         cache, size, spare = self.cache, raw.size, []
-        with cache.lock:  # nothing GC-tracked is made in here (see acquire)
+        with cache.lock:
             self.live_bytes -= array.nbytes
             self._times.append(perf_counter_ns())
             self._lives.append(self.live_bytes)
+            if len(self._times) >= self._trim_at:
+                del self._times[self._trimmed], self._lives[self._trimmed]
             if cache.cached_bytes + size <= cache.max_bytes:
                 cache.free.setdefault(size, spare).append(array)
                 cache.cached_bytes += size
@@ -176,10 +244,25 @@ class Pool:
                 self.peak_bytes = live
             self._times.append(perf_counter_ns())
             self._lives.append(live)
+            if len(self._times) >= self._trim_at:
+                del self._times[self._trimmed], self._lives[self._trimmed]
 
     def __repr__(self) -> str:
         return (f"Pool({self.device}: live {self.live_bytes / _MIB:.2f} MiB, peak "
                 f"{self.peak_bytes / _MIB:.2f} MiB, {self.hits} reused, {self.misses} new)")
+
+
+def _fresh_buffer(size: int, nbytes: int, device: str) -> np.ndarray:
+    """`size` fresh bytes, or a MemoryError saying why not: more than this machine's memory is
+    refused before asking (an OS that overcommits would hand out pages it cannot back, and the
+    kernel that touches them would be killed), and numpy's own refusals say the same."""
+    if _PHYSICAL is not None and nbytes > _PHYSICAL:
+        raise MemoryError(f"{human_bytes(nbytes)} is more than this machine's memory "
+                          f"({human_bytes(_PHYSICAL)}) on {device}")
+    try:
+        return np.empty(size, np.uint8)
+    except (MemoryError, ValueError, OverflowError) as exc:
+        raise MemoryError(f"cannot allocate {human_bytes(nbytes)} on {device}: {exc}") from None
 
 
 class RssProbe:
