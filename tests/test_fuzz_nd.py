@@ -10,8 +10,7 @@ clean.
 
 Examples: `FUZZ_EXAMPLES` per test (300 by default; set ASYNCSIM_FUZZ_EXAMPLES=5000 for a deep
 run). Below the two fuzzes, one property per behaviour the fuzz once caught (they keep it
-fixed); those marked xfail are still open in the frontend, each naming what it waits for, and
-the fuzz leaves their inputs out until then.
+fixed).
 """
 
 from __future__ import annotations
@@ -46,8 +45,7 @@ bad_shapes = st.sampled_from([(-1,), (2, -3), (2.0,), ("a",), (None,), ((2,),), 
 # neither an int nor a sequence of ints
 odd_shapes = st.sampled_from([2.5, None, True, (True, 2), object()])
 shapes = st.one_of(good_shapes, good_shapes, bad_shapes)
-# the recorder has no data: a huge shape is a valid prediction (its blockers and overflowing
-# shapes are the xfails below), so its fuzz leaves them out
+# the recorder has no data: a huge shape is a valid prediction, so its fuzz leaves them out
 recordable_shapes = st.one_of(good_shapes, good_shapes, bad_shapes.filter(
     lambda s: not (isinstance(s, tuple) and any(isinstance(d, int) and d > 10**5 for d in s))))
 dtypes = st.sampled_from(["float32", "float32", "float64", np.float32, None, "int32",
@@ -189,7 +187,7 @@ class Case:
             self.mutate(a, a_np, names, lambda: fn(a, b),
                         lambda: _same_dtype(fn(expected, b_np), a_np))
             return
-        if swap and not isinstance(b, np.ndarray):  # numpy arrays on the left: see xfails
+        if swap:
             a, a_np, b, b_np = b, b_np, a, a_np
         self.call(names, lambda: fn(a, b), lambda: _binary_np(fn, a_np, b_np))
 
@@ -222,8 +220,6 @@ class Case:
     def index(self):
         a, a_np = self.pick()
         key = self.data.draw(keys)
-        if not a.shape and key == slice(None):  # a[:] of a 0-d array: see xfails
-            return
         self.call(["index", "slice", "rows", "0-d", str(key)[:10]], lambda: a[key],
                   lambda: _rows_np(a_np, key))
 
@@ -390,9 +386,6 @@ def test_recorded_calls_match_numpy_shapes_or_fail_at_the_call(data, steps):
 
 
 # -- behaviours the fuzz caught, one property each ----------------------------------------------
-FRONTEND_OPEN = "open in the frontend: "
-
-
 @FUZZ
 @given(source=st.lists(values, min_size=1, max_size=6))
 def test_array_copies_its_source_at_the_call(source):
@@ -416,7 +409,6 @@ def test_numpy_operands_raise_type_error(shape):
             _ = a + b
 
 
-@pytest.mark.xfail(strict=False, reason=FRONTEND_OPEN + "a numpy array on the left names the op")
 def test_a_numpy_array_on_the_left_names_the_op():
     """np_array + NDArray raises TypeError naming the operator or NDArray (numpy's fallback says
     'Concatenation operation is not implemented for NumPy arrays')."""
@@ -467,8 +459,6 @@ def test_odd_shapes_are_errors_naming_the_op(shape):
             nd.ones(shape)
 
 
-@pytest.mark.xfail(strict=False, reason=FRONTEND_OPEN + "an unknown device type is named as "
-                                                       "itself, not as gpu(0)")
 def test_unknown_device_type_is_named_in_the_error():
     """A Context of an unknown device type fails at the call naming that type."""
     from asyncsim.nd.frontend import Context
@@ -478,7 +468,6 @@ def test_unknown_device_type_is_named_in_the_error():
             nd.ones((2,), ctx=Context("tpu", 0))
 
 
-@pytest.mark.xfail(strict=False, reason=FRONTEND_OPEN + "shape, dtype and ctx are read-only")
 @pytest.mark.parametrize("attribute, value", [("shape", (100000,)), ("dtype", "float64"),
                                               ("nbytes", 1 << 30)])
 def test_an_arrays_description_cannot_be_rewritten(attribute, value):
@@ -491,7 +480,6 @@ def test_an_arrays_description_cannot_be_rewritten(attribute, value):
         np.testing.assert_array_equal((a + 1).asnumpy(), np.full((2, 3), 2, np.float32))
 
 
-@pytest.mark.xfail(strict=False, reason=FRONTEND_OPEN + "iterating a 0-d array is a TypeError")
 def test_iterating_a_0d_array_is_a_type_error():
     """iter() over a 0-d array raises TypeError as numpy's does (it gave an empty list)."""
     with realexec.session(workers=1) as nd:
@@ -499,7 +487,6 @@ def test_iterating_a_0d_array_is_a_type_error():
             list(nd.ones((3,)).sum())
 
 
-@pytest.mark.xfail(strict=False, reason=FRONTEND_OPEN + "a falsy non-context ctx is refused")
 @pytest.mark.parametrize("ctx", [0, "", False])
 def test_a_falsy_ctx_is_not_taken_for_the_default(ctx):
     """ctx=0 (or '' or False) is not a context: TypeError, as ctx='cpu' is (it silently meant
@@ -509,7 +496,6 @@ def test_a_falsy_ctx_is_not_taken_for_the_default(ctx):
             nd.ones((2,), ctx=ctx)
 
 
-@pytest.mark.xfail(strict=False, reason=FRONTEND_OPEN + "a bool index is refused or numpy's")
 def test_a_bool_index_is_not_row_one():
     """a[True] is numpy's (a new axis: shape (1, 2, 3)) or an IndexError; it was a[1]."""
     with realexec.session(workers=1) as nd:
@@ -521,8 +507,6 @@ def test_a_bool_index_is_not_row_one():
         assert row.shape == (1, 2, 3)
 
 
-@pytest.mark.xfail(strict=False, reason=FRONTEND_OPEN + "scalars that are not float32/64 "
-                                                       "numbers fail naming the op")
 @pytest.mark.parametrize("name, call", [
     ("add", lambda nd: nd.ones((2,)) + 10**400),
     ("full", lambda nd: nd.full((2,), "x")),
@@ -536,7 +520,6 @@ def test_bad_scalars_fail_naming_the_op(name, call):
             call(nd)
 
 
-@pytest.mark.xfail(strict=False, reason=FRONTEND_OPEN + "a[:] of a 0-d array is an IndexError")
 def test_whole_slice_of_a_0d_array_is_an_index_error():
     """a[:] of a 0-d array raises IndexError as any other index of it does (and as numpy's
     does); it returned the array."""

@@ -40,6 +40,14 @@ class Context:
     device_type: str  # "cpu" or "gpu"
     device_id: int = 0
 
+    def __post_init__(self):
+        if self.device_type not in ("cpu", "gpu"):
+            raise ValueError(f"unknown device type {self.device_type!r}: devices are nd.cpu(i) "
+                             f"and nd.gpu(i)")
+        if isinstance(self.device_id, bool) or not isinstance(self.device_id, int | np.integer) \
+                or self.device_id < 0:
+            raise ValueError(f"device id must be a non-negative int, got {self.device_id!r}")
+
     @property
     def device(self) -> str:
         """The device's name in programs, traces and profiles: "cpu" for cpu(0), "cpu1".. for
@@ -69,15 +77,20 @@ def _arithmetic(name: str, scalar_name: str, in_place: bool = False):
     def operator(self, other):
         out = self if in_place else None
         cls = other.__class__
-        if cls is float or cls is int:
-            return self.nd._same(scalar_name, (self,), {"scalar": float(other)}, out)
+        if cls is float:
+            return self.nd._same(scalar_name, (self,), {"scalar": other}, out)
+        if cls is int:
+            return self.nd._same(scalar_name, (self,), {"scalar": _scalar(name, other)}, out)
         if cls is NDArray:
             if (other.shape == self.shape and other.nd is self.nd
                     and other.device == self.device and other.dtype == self.dtype):
                 return self.nd._same(name, (self, other), {}, out)
             return self.nd._op(name, (self, other), {}, out=out)
         if isinstance(other, int | float | np.number):
-            return self.nd._same(scalar_name, (self,), {"scalar": float(other)}, out)
+            return self.nd._same(scalar_name, (self,), {"scalar": _scalar(name, other)}, out)
+        if isinstance(other, np.ndarray):
+            raise TypeError(f"{name}: cannot combine an NDArray with a numpy array; make it an "
+                            f"NDArray first with nd.array(...)")
         return NotImplemented
 
     return operator
@@ -89,8 +102,16 @@ class NDArray:
     `device` is the memory-pool name of `ctx` ("cpu", "gpu0"), kept so the push path reads a
     slot instead of calling `Context.device` per op."""
 
-    __slots__ = ("nd", "var", "shape", "dtype", "ctx", "device", "nbytes", "_node", "_grad",
-                 "__weakref__")
+    __slots__ = ("nd", "var", "_shape", "_dtype", "_ctx", "_device", "_nbytes", "_node",
+                 "_grad", "__weakref__")
+
+    # what the array is, read-only: an op trusts them (a rewritten shape would send a kernel
+    # past the end of its buffer)
+    shape = property(operator.attrgetter("_shape"), doc="the shape, a tuple of ints")
+    dtype = property(operator.attrgetter("_dtype"), doc="the dtype's name")
+    ctx = property(operator.attrgetter("_ctx"), doc="the Context it lives on")
+    device = property(operator.attrgetter("_device"), doc='the device\'s name ("cpu", "gpu0")')
+    nbytes = property(operator.attrgetter("_nbytes"), doc="its size in bytes")
 
     # numpy must not broadcast its ufuncs over NDArrays (it would build object arrays of them):
     # `nd_array + numpy_array` raises TypeError instead; move data with nd.array(...) first
@@ -100,11 +121,11 @@ class NDArray:
                  device: str, nbytes: int):
         self.nd = nd
         self.var = var
-        self.shape = shape
-        self.dtype = dtype
-        self.ctx = ctx
-        self.device = device
-        self.nbytes = nbytes
+        self._shape = shape
+        self._dtype = dtype
+        self._ctx = ctx
+        self._device = device
+        self._nbytes = nbytes
         self._node = None  # autograd: (op name, inputs, attrs) of the op that made it, recorded
         self._grad = None  # autograd: the gradient buffer attach_grad() made
 
@@ -187,7 +208,7 @@ class NDArray:
         return self.nd.flatten(self)
 
     def astype(self, dtype):
-        return self.nd._op("cast", (self,), {"dtype": str(np.dtype(dtype))})
+        return self.nd._op("cast", (self,), {"dtype": _dtype("cast", dtype)})
 
     def softmax(self, axis=-1):
         return self.nd.softmax(self, axis)
@@ -218,6 +239,9 @@ class NDArray:
         if not self.shape:
             raise IndexError(f"cannot index a 0-d array of shape {self.shape}")
         n = self.shape[0]
+        if isinstance(key, bool | np.bool_):
+            raise IndexError(f"boolean indices are not supported (got {key!r} for shape "
+                             f"{self.shape})")
         if isinstance(key, int | np.integer):
             i = int(key) + (n if key < 0 else 0)
             if not 0 <= i < n:
@@ -229,8 +253,13 @@ class NDArray:
         raise IndexError(f"only integers and step-1 slices of the first axis are supported, "
                          f"got {key!r} for shape {self.shape}")
 
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d NDArray")
+        return (self[i] for i in range(self.shape[0]))
+
     def __getitem__(self, key):
-        if _whole(key):  # `a[:]` is `a` itself, as MXNet's view is: `a[:] += b` writes into a
+        if _whole(key) and self.shape:  # `a[:]` is `a`, as MXNet's view is: `a[:] += b` writes a
             return self
         return self.nd._op("slice", (self,), self._rows(key))
 
@@ -297,10 +326,12 @@ class _Random:
         self._nd = nd
 
     def uniform(self, low=0.0, high=1.0, shape=(1,), ctx=None, dtype="float32"):
-        return self._nd._create("uniform", shape, ctx, dtype, low=float(low), high=float(high))
+        return self._nd._create("uniform", shape, ctx, dtype, low=_scalar("uniform", low),
+                                high=_scalar("uniform", high))
 
     def normal(self, loc=0.0, scale=1.0, shape=(1,), ctx=None, dtype="float32"):
-        return self._nd._create("normal", shape, ctx, dtype, loc=float(loc), scale=float(scale))
+        return self._nd._create("normal", shape, ctx, dtype, loc=_scalar("normal", loc),
+                                scale=_scalar("normal", scale))
 
 
 class ND(Functions):
@@ -345,8 +376,8 @@ class ND(Functions):
     # -- creation ------------------------------------------------------------------------------
     def _create(self, name, shape, ctx, dtype, **attrs):
         shape = _shape(name, shape)
-        return self._op(name, (), {"shape": shape, "dtype": str(np.dtype(dtype)), **attrs},
-                        ctx=ctx or self._default)
+        return self._op(name, (), {"shape": shape, "dtype": _dtype(name, dtype), **attrs},
+                        ctx=self._default if ctx is None else ctx)
 
     def ones(self, shape, ctx=None, dtype="float32"):
         return self._create("ones", shape, ctx, dtype)
@@ -355,16 +386,16 @@ class ND(Functions):
         return self._create("zeros", shape, ctx, dtype)
 
     def full(self, shape, val, ctx=None, dtype="float32"):
-        return self._create("full", shape, ctx, dtype, value=float(val))
+        return self._create("full", shape, ctx, dtype, value=_scalar("full", val))
 
     def array(self, source, ctx=None, dtype="float32"):
         if isinstance(source, NDArray):
             source = source.asnumpy()
         # a copy taken now: the op runs later, and the caller may change `source` meanwhile
-        host = np.array(source, dtype=ops.check_dtype("array", np.dtype(dtype).name), order="C",
+        host = np.array(source, dtype=ops.check_dtype("array", _dtype("array", dtype)), order="C",
                         copy=True)
         return self._op("array", (), {"shape": host.shape, "dtype": str(host.dtype)},
-                        ctx=ctx or self._default, host=host)
+                        ctx=self._default if ctx is None else ctx, host=host)
 
     # -- functions -----------------------------------------------------------------------------
     def relu(self, a: NDArray) -> NDArray:
@@ -520,3 +551,19 @@ def current() -> ND:
 
 def _whole(key) -> bool:
     return isinstance(key, slice) and key == slice(None)
+
+
+def _scalar(name: str, value) -> float:
+    """A scalar operand as the float64 an op's attrs hold, or an error naming the op."""
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise TypeError(f"{name}: {value!r:.40} is not a number an op can take") from None
+
+
+def _dtype(name: str, dtype) -> str:
+    try:
+        return np.dtype(dtype).name
+    except TypeError:
+        raise ops.ShapeError(f"{name}: dtype {dtype!r} is not supported "
+                             f"(use one of {ops.DTYPES})") from None
