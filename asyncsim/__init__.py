@@ -8,6 +8,7 @@ Training as the chapters write it: `from asyncsim import autograd, gluon, init`.
 
 from asyncsim import gluon
 from asyncsim.gluon import init
+from asyncsim.lab import exercises
 from asyncsim.lab.compare import compare
 from asyncsim.model.profile import Profile
 from asyncsim.model.simulate import predict, simulate
@@ -16,5 +17,5 @@ from asyncsim.nd.program import Program
 from asyncsim.nd.record import record
 from asyncsim.nd.trace import Trace
 
-__all__ = ["Profile", "Program", "Trace", "autograd", "compare", "gluon", "init", "predict",
-           "record", "simulate"]
+__all__ = ["Profile", "Program", "Trace", "autograd", "compare", "exercises", "gluon", "init",
+           "predict", "record", "simulate"]

@@ -7,7 +7,8 @@ import realexec
 def test_asyncsim_all_is_small_and_importable():
     """asyncsim's __all__ is exactly the documented entry points, and each one exists."""
     assert sorted(asyncsim.__all__) == ["Profile", "Program", "Trace", "autograd", "compare",
-                                        "gluon", "init", "predict", "record", "simulate"]
+                                        "exercises", "gluon", "init", "predict", "record",
+                                        "simulate"]
     for name in asyncsim.__all__:
         assert getattr(asyncsim, name) is not None
 

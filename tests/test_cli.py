@@ -73,3 +73,21 @@ def test_unknown_profile_file_is_refused():
     """`--profile` that is neither a preset nor a file stops with a message naming it."""
     with pytest.raises(SystemExit, match="nowhere.json"):
         main(["predict", "dependency", "--profile", "nowhere.json"])
+
+
+def test_measured_figures_do_not_go_to_the_tracked_folder():
+    """`figures` writes this machine's measurements to out/ unless told otherwise; figures/
+    (tracked) is `book-figures`' default."""
+    from asyncsim.lab.cli import parser
+
+    assert parser().parse_args(["figures"]).out == "out"
+    assert parser().parse_args(["book-figures"]).out == "figures"
+
+
+def test_book_figures_refuses_an_unwritable_out(capsys, tmp_path):
+    """`book-figures --out` naming a file stops with one line naming the flag, before drawing."""
+    target = tmp_path / "a-file"
+    target.write_text("")
+    assert main(["book-figures", "--out", str(target)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--out" in err and len(err.splitlines()) == 1

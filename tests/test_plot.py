@@ -183,3 +183,15 @@ def test_overlapping_regions_get_different_label_rows(intervals):
         for j, (_, a2, b2) in enumerate(marks[:i]):
             if a1 < b2 and a2 < b1:
                 assert levels[i] != levels[j]
+
+
+def test_spans_closer_than_a_pixel_are_drawn_as_one_bar():
+    """Back-to-back spans of one lane and kind become one bar covering them all; spans with a
+    visible gap between them stay apart."""
+    spans = [Span("gpu0/compute", "conv", i, i * 1e-6, (i + 1) * 1e-6, "exec") for i in range(1000)]
+    spans.append(Span("gpu0/compute", "conv", 1000, 2e-3, 3e-3, "exec"))
+    ax = plot.timeline(Trace(spans=spans)).axes[0]
+    (bars,) = span_collections(ax)
+    extents = sorted((p.vertices[:, 0].min(), p.vertices[:, 0].max()) for p in bars.get_paths())
+    assert len(extents) == 2
+    assert extents[0] == pytest.approx((0.0, 1.0)) and extents[1] == pytest.approx((2.0, 3.0))

@@ -5,7 +5,13 @@
     asyncsim run NAME [--workers N] [--mode async|sync] [--param k=v ...]
     asyncsim compare NAME|--all [--out DIR]      # predict + run + table + figure per scenario
     asyncsim calibrate [--out FILE] [--force]
-    asyncsim figures [--out DIR]                  # the main job: compare --all, book, figures
+    asyncsim figures [--out DIR] [--quick]        # the main job: compare --all, the report
+    asyncsim book-figures [--out DIR]             # the textbook's figures from the book profile
+
+User mistakes are one line on stderr and exit status 2, never a traceback: a `--param` of the
+wrong type names the parameter, an `--out`/`--chrome` that cannot be written is refused before
+any work starts, and an array too large for this machine names the op. Ctrl-C stops the command
+within a second (the engine drops its queued ops) and exits with status 130.
 
 `--quick` uses each scenario's tiny parameters (seconds instead of minutes). The profile "here" is
 this machine's, measured by `realexec.calibrate` (cached after the first run); "book" and
@@ -23,6 +29,7 @@ import sys
 from pathlib import Path
 
 from asyncsim.lab import scenarios
+from asyncsim.lab.checks import check_outputs, check_param
 from asyncsim.lab.compare import Row, compare, table
 from asyncsim.model.profile import Profile
 from asyncsim.model.simulate import simulate
@@ -43,6 +50,16 @@ def _pairs(items: list[str], what: str) -> dict:
             raise SystemExit(f"asyncsim: {what} takes key=value, got {item!r}")
         out[key.strip()] = _literal(value.strip())
     return out
+
+
+def _params(sc, items: list[str]) -> dict:
+    """The `--param` values, each checked against the type of the scenario's default for it
+    (an unknown name is left to `Scenario.kwargs`, which lists the known ones)."""
+    given = _pairs(items, "--param")
+    for key, value in given.items():
+        if key in sc.params:
+            check_param(key, value, sc.params[key])
+    return given
 
 
 def gpu_here() -> bool:
@@ -76,22 +93,23 @@ def _predict(sc, profile, params, mode="async", max_inflight=None):
     return simulate(sc.record(**params), profile, mode=mode, max_inflight=max_inflight)
 
 
-def _run(sc, params, workers=None, mode="async", max_inflight=None, warmup=False):
+def _run(sc, params, workers=None, mode="async", max_inflight=None, warmup=False,
+         warmup_params=None):
     """Run on the real engine. With `warmup`, a first run is thrown away (kernels compiled,
-    buffers cached, pages faulted in: costs the model does not have) and the measured one runs
-    with Python's garbage collector paused, as `timeit` does."""
+    buffers cached, pages faulted in: costs the model does not have), with `warmup_params` if
+    given, and the measured one runs with Python's garbage collector paused, as `timeit` does."""
     import gc
 
     import realexec
 
     # the scenarios name nd.gpu(i) themselves; arrays made without a ctx stay on the CPU
-    def once():
+    def once(kwargs=params):
         return realexec.run(sc.workload, workers=workers, mode=mode,
-                            max_inflight=max_inflight, **params)
+                            max_inflight=max_inflight, **kwargs)
 
     if not warmup:
         return once().from_first_event()
-    once()
+    once(warmup_params or params)
     gc.collect()
     gc.disable()
     try:
@@ -118,7 +136,7 @@ def cmd_list(args) -> int:
 
 def cmd_predict(args) -> int:
     sc = scenarios.get(args.name)
-    params = sc.kwargs(args.quick, **_pairs(args.param, "--param"))
+    params = sc.kwargs(args.quick, **_params(sc, args.param))
     profile = load_profile(args.profile, args.workers, _pairs(args.set, "--set"), args.quick)
     trace = _predict(sc, profile, params, args.mode, args.max_inflight)
     print(trace.summary())
@@ -138,7 +156,7 @@ def cmd_run(args) -> int:
               f"{sc.name}`, or set NUMBA_ENABLE_CUDASIM=1 to run under the CUDA simulator "
               f"(with --quick sizes)", file=sys.stderr)
         return 2
-    params = sc.kwargs(args.quick, measure=True, **_pairs(args.param, "--param"))
+    params = sc.kwargs(args.quick, measure=True, **_params(sc, args.param))
     trace = _run(sc, params, args.workers, args.mode, args.max_inflight)
     print(trace.summary())
     if args.chrome:
@@ -153,8 +171,25 @@ def _simulator_on() -> bool:
     return os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 
-def compare_one(sc, profile, out: Path | None, quick: bool, workers=None, progress=None):
-    """Predict and run one scenario; write its traces and figure; return (rows, pred, meas)."""
+WARMUP_BATCHES = 10
+
+
+def _warmup_params(sc, profile, params, pred):
+    """The parameters of the thrown-away first run: a training loop's first WARMUP_BATCHES
+    batches when they reach the whole loop's peak memory (a blocker per batch: the same buffers
+    serve every batch, so the short run compiles and caches all that the long one uses);
+    otherwise, e.g. a loop whose backlog grows, the measured parameters themselves."""
+    if params.get("num_batches", 0) <= WARMUP_BATCHES:
+        return params
+    short = {**params, "num_batches": WARMUP_BATCHES}
+    peak = _predict(sc, profile, short).peak_bytes("cpu")
+    return short if peak >= 0.95 * pred.peak_bytes("cpu") else params
+
+
+def compare_one(sc, profile, out: Path | None, quick: bool, workers=None, progress=None,
+                formats=("png", "svg")):
+    """Predict and run one scenario; write its traces and figure (in `formats`); return (rows,
+    pred, meas)."""
     from asyncsim.lab import plot
 
     params = sc.kwargs(quick, measure=True)
@@ -164,7 +199,8 @@ def compare_one(sc, profile, out: Path | None, quick: bool, workers=None, progre
         if sc.num_gpus and not gpu_here():
             meas = None
         else:
-            meas = _run(sc, params, workers=workers, warmup=True)
+            warm = _warmup_params(sc, profile, params, pred)
+            meas = _run(sc, params, workers=workers, warmup=True, warmup_params=warm)
     rows = [] if meas is None else [r for r in compare(pred, meas)
                                     if r.name not in sc.measured_only]
     if out is not None:
@@ -177,7 +213,7 @@ def compare_one(sc, profile, out: Path | None, quick: bool, workers=None, progre
         else:
             fig = plot.timeline(pred, title=f"{sc.name} (predicted only: no GPU here, "
                                             f"profile {profile.name})")
-        plot.save(fig, out / sc.name)
+        plot.save(fig, out / sc.name, formats)
     return rows, pred, meas
 
 
@@ -254,6 +290,17 @@ def cmd_figures(args) -> int:
     return 0
 
 
+def cmd_book_figures(args) -> int:
+    from asyncsim.lab import book_figures
+    from asyncsim.lab.checks import check_writable
+
+    check_writable(args.out, "dir", "--out")
+    paths = book_figures.make(args.out)
+    print(f"wrote {len(paths)} files ({len(paths) // 2} figures, PNG + SVG) and README.md "
+          f"to {args.out}/")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="asyncsim", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -286,22 +333,36 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", default=None)
     sp.add_argument("--force", action="store_true", help="measure again, ignoring the cache")
     common(sp, profile=None)
-    sp = sub.add_parser("figures", help="the main job: every figure and table")
-    sp.add_argument("--out", default="figures")
+    sp = sub.add_parser("figures", help="the main job: every scenario measured and predicted, "
+                                        "figures and REPORT.md")
+    sp.add_argument("--out", default="out",
+                    help="where the measured figures go (machine-specific; default: out)")
     common(sp, profile=None)
+    sp = sub.add_parser("book-figures", help="the textbook's figures, drawn by the model from "
+                                             "the book profile (deterministic)")
+    sp.add_argument("--out", default="figures", help="default: figures (tracked)")
     return p
 
 
 COMMANDS = {"list": cmd_list, "predict": cmd_predict, "run": cmd_run, "compare": cmd_compare,
-            "calibrate": cmd_calibrate, "figures": cmd_figures}
+            "calibrate": cmd_calibrate, "figures": cmd_figures,
+            "book-figures": cmd_book_figures}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        check_outputs(args)
         return COMMANDS[args.command](args)
-    except (scenarios.UnknownScenarioError, ValueError, TypeError) as exc:
-        print(f"asyncsim {args.command}: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"asyncsim {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except (scenarios.UnknownScenarioError, ValueError, TypeError, MemoryError, OSError) as exc:
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        given = getattr(args, "param", None)
+        if given and not message.startswith("--param"):
+            message += f" (with --param {' '.join(given)})"
+        print(f"asyncsim {args.command}: {message}", file=sys.stderr)
         return 2
 
 

@@ -9,7 +9,7 @@ made from threads, tests and servers alike, and must be saved with `save` or `fi
 - `memory(traces, device='cpu', ax=None)`: live memory over time as step curves, one per trace;
 - `side_by_side(pred, meas, title=None)`: both timelines on one shared time axis, plus a memory
   panel with both curves; the title names the machine that produced the measurement;
-- `save(fig, path_without_suffix)`: PNG and SVG.
+- `save(fig, path_without_suffix, formats=('png', 'svg'))`: PNG and SVG, without dates.
 
 Spans are drawn as one `broken_barh` per (lane, kind), so lanes with many thousands of spans
 stay fast. Units: time in milliseconds, memory in MiB (2**20 bytes).
@@ -38,6 +38,13 @@ BAR_HEIGHT = 0.7  # of a lane row
 REGION_ROW = 0.5  # height of one row of region labels, in lane rows
 MS = 1e3
 MIB = 2.0**20
+# spans of one lane and kind beyond which an SVG holds them as one embedded image: thousands of
+# vector rectangles thinner than a pixel take seconds to write and to open, and show nothing more
+RASTER_SPANS = 2000
+# spans of a lane and kind closer than the run's duration over this are drawn as one bar: some
+# twenty times finer than the pixels of the widest figure
+MERGE_STEPS = 20000
+SVG_SALT = "asyncsim"  # fixed ids in SVG files, so the same figure gives the same text
 
 
 def new_figure(width: float = 10.0, height: float = 4.0) -> Figure:
@@ -83,17 +90,31 @@ def _lane_rows(trace: Trace) -> float:
     return max(len(trace.lanes), 1) + REGION_ROW * region_rows
 
 
+def _merged(spans: list[tuple[float, float]], gap: float) -> list[tuple[float, float]]:
+    """(start, width) bars of the (start, end) spans, with spans closer than `gap` drawn as one:
+    a gap far under a pixel shows nothing, and 300 000 back-to-back ops take seconds to draw."""
+    out: list[list[float]] = []
+    for start, end in sorted(spans):
+        if out and start - out[-1][1] < gap:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return [(a, b - a) for a, b in out]
+
+
 def _draw_timeline(ax, trace: Trace, title: str | None) -> None:
     lanes = trace.lanes
     row = {lane: i for i, lane in enumerate(lanes)}
     bars: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for s in trace.spans:
-        bars.setdefault((s.lane, s.kind), []).append((s.start * MS, (s.end - s.start) * MS))
-    for (lane, kind), xranges in bars.items():
+        bars.setdefault((s.lane, s.kind), []).append((s.start * MS, s.end * MS))
+    gap = trace.duration * MS / MERGE_STEPS
+    for (lane, kind), spans in bars.items():
+        xranges = _merged(spans, gap)
         color = KIND_COLORS.get(kind, "#777777")
         # a thin edge in the face colour keeps sub-pixel spans visible
         ax.broken_barh(xranges, (row[lane] - BAR_HEIGHT / 2, BAR_HEIGHT), facecolors=color,
-                       edgecolors=color, linewidth=0.2)
+                       edgecolors=color, linewidth=0.2, rasterized=len(xranges) > RASTER_SPANS)
 
     levels = _region_levels(trace.marks)
     for i, ((label, start, end), level) in enumerate(zip(trace.marks, levels, strict=True)):
@@ -215,13 +236,26 @@ def side_by_side(pred: Trace, meas: Trace, title: str | None = None) -> Figure:
     return fig
 
 
-def save(fig: Figure, path_without_suffix: str | Path) -> list[Path]:
-    """Write `<path>.png` and `<path>.svg` (folders made as needed); returns both paths."""
+_METADATA = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None}}
+
+
+def save(fig: Figure, path_without_suffix: str | Path, formats=("png", "svg")) -> list[Path]:
+    """Write `<path>.png` and `<path>.svg` (or the `formats` asked for; folders made as needed);
+    returns the paths.
+
+    The files hold no date and no software version, and the SVG's ids are salted with a fixed
+    string, so the same figure drawn by the same matplotlib gives the same bytes."""
+    import matplotlib
+
+    unknown = sorted(set(formats) - set(_METADATA))
+    if unknown:
+        raise ValueError(f"save: unknown format(s) {', '.join(unknown)}; use png and/or svg")
     base = Path(path_without_suffix)
     base.parent.mkdir(parents=True, exist_ok=True)
-    paths = [base.with_name(base.name + ".png"), base.with_name(base.name + ".svg")]
-    fig.savefig(paths[0], dpi=150)
-    fig.savefig(paths[1])
+    paths = [base.with_name(f"{base.name}.{fmt}") for fmt in formats]
+    with matplotlib.rc_context({"svg.hashsalt": SVG_SALT}):
+        for fmt, path in zip(formats, paths, strict=True):
+            fig.savefig(path, dpi=150 if fmt == "png" else "figure", metadata=_METADATA[fmt])
     return paths
 
 
@@ -273,5 +307,6 @@ def dependency_graph(program, ax=None) -> Figure:
     nx.draw_networkx_edge_labels(graph, pos, ax=ax, font_size=7,
                                  edge_labels=nx.get_edge_attributes(graph, "hazard"))
     ax.set_title(f"dependencies of {program.name}: ops left to right by depth")
+    ax.margins(0.18)  # room for the outer nodes and their labels
     ax.set_axis_off()
     return fig
