@@ -86,7 +86,7 @@ def test_scenarios_agree_with_the_printed_rows():
 def test_preset_for_reads_seed_and_section():
     """Seed 003's 8.1 and 8.2 are the notebook's machine, its 8.3-8.5 the book's GPU machine."""
     assert book.preset_for("003_3c45022c8209ddba.txt 8.2.1") == "book-zh"
-    assert book.preset_for("8.4.3 (003_3c45022c8209ddba.txt)") == "book"
+    assert book.preset_for("8.4.3 (003_3c45022c8209ddba.txt)") == "book"  # 8.4's helpers demo
     assert book.preset_for("12.2 exercise 4 (001_c4db6a957a3c16a4.txt)") == "book"
     assert book.preset_for("PyTorch (004_344996d425b31308.txt)") == "book-torch"
 

@@ -41,7 +41,6 @@ from asyncsim.nd.program import Mark, Op
 FITTED = frozenset({("lenet_1gpu", "epoch 1"), ("resnet18_1gpu", "epoch 1")})
 TRAIN = 60000  # Fashion-MNIST's training images
 PEER_LINK = 4.0  # ASSUMED: gpu->gpu over gpu->cpu bandwidth
-CXX_ISSUE = 5e-6  # ASSUMED: seconds MXNet's C++ backward or kvstore takes to push one op
 # ASSUMED: every op with a scalar operand takes the fast path 12.2.3 measures for x + 1
 SCALAR_OPS = ("add_scalar", "sub_scalar", "rsub_scalar", "mul_scalar", "div_scalar",
               "rdiv_scalar")
@@ -76,7 +75,7 @@ def book_gpu() -> Profile:
     # ops MXNet issues from C++ or folds into another op: backward's ops and a Trainer's
     # kvstore work, the bias's reshape inside Convolution, the running statistics inside
     # BatchNorm; and MXNet's scalar fast path (12.2.3's x + 1) for every scalar op
-    costs["frontend:backward"] = costs["frontend:kvstore"] = Cost(latency=CXX_ISSUE)
+    costs["frontend:backward"] = costs["frontend:kvstore"] = Cost(latency=book.CXX_ISSUE)
     costs["frontend:reshape"] = costs["frontend:bn_update"] = Cost()
     # the book's data loader makes each batch in Python, image by image (see LOADER_IMAGE)
     costs["frontend:array"] = Cost(bandwidth=IMAGE_BYTES / LOADER_IMAGE)
@@ -120,6 +119,7 @@ def register() -> None:
     """Make `Profile.preset("book-gpu")` and the book's machine table know this preset."""
     book.PRESETS.setdefault("book-gpu", book_gpu)
     book.FITTED.setdefault("book-gpu", FITTED)
+    book.MACHINES.setdefault("G", "book-gpu")
 
 
 __all__ = ["FITTED", "book_gpu", "register"]

@@ -135,6 +135,7 @@ GPU_PEAK = 2 * 6000**3 / GPU_DOT_6000
 GPU_TO_CPU_BW = 6000 * 6000 * F32 / ((value("compute_copy_overlap", "Then copy to CPU.")
                                       - T1 - T3) / 10)
 GPU_LAUNCH = 10e-6  # ASSUMED: a CUDA kernel launch
+CXX_ISSUE = 5e-6  # ASSUMED: MXNet's C++ push of one op that backward or a kvstore issues
 GPU_BW = 240e9  # ASSUMED: device memory bandwidth of a Tesla K80 die (3.6 TFLOP/s matches one)
 # ASSUMED: freed buffers glibc keeps resident: its trim threshold, twice the largest buffer freed
 # (the MLP's 8 MiB activations); asyncsim.model.rss.
@@ -198,13 +199,17 @@ def book_zh() -> Profile:
                      sampler=Cost(bandwidth=C_SAMPLER_BW),
                      reduce=Cost(bandwidth=C_ELEMENTWISE_BW), dot=Cost(peak=C_PEAK)),
         "frontend:uniform": Cost(latency=C_UNIFORM_ISSUE),
+        # ASSUMED: MXNet pushes backward's ops and a Trainer's kvstore work from C++
+        "frontend:backward": Cost(latency=CXX_ISSUE),
+        "frontend:kvstore": Cost(latency=CXX_ISSUE),
         "frontend:wait_to_read": Cost(latency=C_WAIT_TO_READ),
         "frontend:broadcast": Cost(),
     }
     return Profile(name="book-zh", t1=C_T1, t3=C_T3, workers=1, cores=4, gpus=0, costs=costs,
                    rss_keep=RSS_KEEP, meta=_meta(
                        "book-zh", "the d2l-zh chapter 8 notebook, 8.1 and 8.2 (seed 003)",
-                       "reductions as fast as x + 1, cores, rss_keep"))
+                       "reductions as fast as x + 1, cores, rss_keep, the C++ push of "
+                       "backward's and the kvstore's ops (5 us)"))
 
 
 def book_torch() -> Profile:

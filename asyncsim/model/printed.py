@@ -10,7 +10,8 @@ of the process's resident memory across region `over` (the book's `ps` reads bef
 it; `asyncsim.model.rss` predicts it).
 
 `machine` names the book machine that printed the row (see `asyncsim.model.book`, where each
-machine's preset is derived from these values). `needs` says what a model of the engine cannot
+machine's preset is derived from these values; "G" is the book's GPU machine as 8.4 and 8.5
+run it, whose preset `asyncsim.lab.presets` derives). `needs` says what a model of the engine cannot
 do about a row: "numpy" for plain NumPy on the frontend, which no prediction sees.
 
 Units: seconds ("s") and decimal megabytes ("MB", as the book's `ps` reader divides kB by 1e3).
@@ -42,7 +43,7 @@ class Printed:
     unit: str  # "s" or "MB"
     scenario: str  # the scenario that models it
     label: str  # its benchmark region, or RSS
-    machine: str  # "A", "B", "C" or "P" (asyncsim.model.book.MACHINES)
+    machine: str  # "A", "B", "C", "G" or "P" (asyncsim.model.book.MACHINES)
     over: str = ""  # for an RSS row: the region across which memory is read
     needs: str = ""  # "numpy": not a number a model of the engine can predict
 
@@ -65,7 +66,7 @@ def _mem(seed, section, text, value, scenario, machine):
 
 def _epochs(section, scenario, times, accs):
     return [_t("003", section, f"epoch {k}, time {t:.1f} sec, test acc {a}", t, scenario,
-               f"epoch {k}", "B") for k, (t, a) in enumerate(zip(times, accs, strict=True), 1)]
+               f"epoch {k}", "G") for k, (t, a) in enumerate(zip(times, accs, strict=True), 1)]
 
 
 PRINTED: tuple[Printed, ...] = (

@@ -157,7 +157,8 @@ def resnet_data_parallel(nd, num_devices=1, batch_size=256, lr=0.1, epochs=4, de
 
 _ZH8 = "003_3c45022c8209ddba.txt"
 _EPOCHS = tuple(f"epoch {k}" for k in range(1, 5))
-_GPU_QUICK = dict(epochs=1, num_train=8, num_test=4, batch_size=4, devices='gpu')
+_GPU_QUICK = dict(epochs=4, num_train=8, num_test=4, batch_size=4, devices='gpu',
+                  kvstore='device')
 # CPU devices measured here: an epoch of the book's 60000 images is minutes of LeNet and hours of
 # ResNet-18 on a 2-core machine, so these train one epoch on a few batches (synthetic data unless
 # the user has the files); the book's batch size for LeNet, a quarter of it for ResNet-18
@@ -165,7 +166,8 @@ _LENET_CPU = dict(batch_size=256, lr=0.2, epochs=1, devices='cpu', num_train=102
                   kvstore='device')
 _RESNET_CPU = dict(batch_size=16, lr=0.1, epochs=1, devices='cpu', num_train=32, num_test=16,
                    kvstore='device')
-_CPU_QUICK = dict(epochs=1, num_train=8, num_test=4, batch_size=4, devices='cpu')
+_CPU_QUICK = dict(epochs=1, num_train=8, num_test=4, batch_size=4, devices='cpu',
+                  kvstore='device')
 
 
 def _gpu(name, workload, devices, book, note, **params):
