@@ -61,6 +61,11 @@ QUICK_SIZES = {  # --quick: the book's shapes where they are cheap, smaller ones
     "memory_asscalar_8_2": dict(num_batches=50, batch_size=512),
     "memory_no_barrier_8_2": dict(num_batches=50, batch_size=512),
     "independent_products": dict(n=6, size=1500),
+    # the training loops at the book's layer sizes, fewer batches (a few seconds a run)
+    "train_asscalar_8_2": dict(num_batches=10),
+    "train_no_barrier_8_2": dict(num_batches=10, batch_size=1024),
+    "record_barrier": dict(num_batches=20),
+    "record_no_barrier": dict(num_batches=20, batch_size=1024),
 }
 
 

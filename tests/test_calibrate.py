@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import time
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncsim
-from asyncsim import Profile
+from asyncsim import Profile, autograd, gluon
 from asyncsim.model.profile import Cost
 from asyncsim.nd.ops import OPS
 from realexec.engine.core import default_workers
@@ -41,11 +42,45 @@ def every_op(nd):
     y[0] = 1.0
     y[1:3] = x[0]
     total = y.sum() + y.mean() + y.norm()
+    training_ops(nd)
     total.item()
     y.asnumpy()
     repr(y)  # what print(y) waits for
     y.wait_to_read()
     nd.waitall()
+
+
+def training_ops(nd):
+    """One of each op that training adds: through autograd (the gradients), the MXNet
+    functions, `invoke` for the rest, and a hybridized block (the graph op)."""
+    images = nd.random.uniform(shape=(2, 3, 6, 6))
+    weight, bias = nd.random.normal(shape=(4, 3, 3, 3)), nd.zeros((4,))
+    gamma, beta = nd.ones((4,)), nd.zeros((4,))
+    mean, var = nd.zeros((4,)), nd.ones((4,))
+    label = nd.array([0, 1])
+    for a in (images, weight, gamma, beta):
+        a.attach_grad()
+    with autograd.record():
+        maps = nd.Convolution(images, weight, bias, kernel=(3, 3), num_filter=4)
+        normed = nd.BatchNorm(maps, gamma, beta, mean, var)
+        pooled = nd.Pooling(nd.relu(normed), kernel=(2, 2), stride=(2, 2), pool_type="avg")
+        logits = nd.sum(pooled, axis=(2, 3))
+        loss = nd.softmax_cross_entropy(logits, label) + nd.softmax(logits).sum(axis=1)
+        loss = loss + nd.log_softmax(nd.sigmoid(logits) + nd.tanh(logits)).sum(axis=1)
+    loss.backward()
+    nd.invoke("batch_norm_infer", maps, gamma, beta, mean, var, eps=1e-5)
+    nd.argmax(logits, axis=1)
+    nd.equal(logits, logits)
+    logits.astype("float64")
+    nd.invoke("assign", bias, gamma)
+    nd.sgd_update(weight, weight.grad, lr=0.1)
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(3))
+    net.initialize()
+    net.hybridize()
+    x = nd.ones((1, 4))
+    net(x)
+    net(x)  # traced at the first call, one graph op from the second
 
 
 def test_quick_calibration_gives_a_valid_profile(quick_profile):
@@ -70,12 +105,92 @@ def test_quick_calibration_gives_a_valid_profile(quick_profile):
     assert meta["measurements"]["background load"] >= 0.0
 
 
+# the ops training adds that calibration times and issues: each has a cost of its own
+TRAINING_OPS = ("conv2d", "conv2d_grad_data", "conv2d_grad_weight", "pool2d", "pool2d_grad",
+                "softmax", "log_softmax", "softmax_grad", "log_softmax_grad", "softmax_ce",
+                "softmax_ce_grad", "batch_norm", "batch_norm_grad", "batch_norm_grad_gamma",
+                "batch_norm_infer", "bn_update", "sum_axis", "argmax", "broadcast_to",
+                "relu_grad", "sigmoid", "tanh", "equal", "sgd_update")
+
+
+def test_every_op_is_priced_on_the_cpu(quick_profile):
+    """A small op of every name in asyncsim.nd.ops.OPS gets a positive price on the CPU, with
+    no ProfileError: the ops training adds by "cpu:<op>" costs of their own (and "frontend:<op>"
+    issue costs), reshape, cast and assign by "cpu:copy", a hybridized graph by its members'
+    sum; "cpu:*" is there for any op without a cost. The ops backward issues are issued at the
+    measured "frontend:backward" cost."""
+    p = quick_profile
+    program = asyncsim.record(every_op)
+    assert {op.name for op in program.ops} == set(OPS) - {"copyto"}
+    for op in program.ops:
+        assert 0 < p.cost(op) < 1.0, op.name
+        assert 0 < p.issue(op) < 1e-3, op.name
+    for name in TRAINING_OPS:
+        assert f"cpu:{name}" in p.costs and f"frontend:{name}" in p.costs, name
+    rules = {op.name: p.rule(op)[0] for op in program.ops}
+    assert all(rules[name] == f"cpu:{name}" for name in TRAINING_OPS)
+    assert {rules[name] for name in ("reshape", "cast", "assign")} == {"cpu:copy"}
+    assert rules["graph"] == "graph" and "cpu:*" in p.costs
+    assert {"frontend:backward", "frontend:kvstore", "frontend:graph"} <= set(p.costs)
+    backward = [op for op in program.ops if op.attrs.get("phase") == "backward"]
+    assert backward and all(p.issue_rule(op) is p.costs["frontend:backward"] for op in backward)
+
+
+def test_a_bigger_training_op_costs_more(quick_profile):
+    """The fitted training costs grow with the work: a convolution over four times the images,
+    and each memory-bound op on four times the bytes, take longer."""
+    p = quick_profile
+    small, large = asyncsim.record(_conv_and_grads, batch=2), asyncsim.record(_conv_and_grads,
+                                                                               batch=8)
+    timed = [(a, b) for a, b in zip(small.ops, large.ops, strict=True)
+             if a.name in TRAINING_OPS]
+    assert {a.name for a, _ in timed} == {"conv2d", "conv2d_grad_data", "conv2d_grad_weight",
+                                          "tanh", "pool2d", "pool2d_grad"}
+    for a, b in timed:
+        assert a.nbytes < b.nbytes and p.cost(a) < p.cost(b), a.name
+
+
+def _conv_and_grads(nd, batch=2):
+    images = nd.random.uniform(shape=(batch, 3, 8, 8))
+    weight = nd.random.uniform(shape=(4, 3, 3, 3))
+    images.attach_grad()
+    with autograd.record():
+        out = nd.tanh(nd.Convolution(images, weight, kernel=(3, 3), num_filter=4,
+                                     no_bias=True))
+        out = nd.Pooling(out, kernel=(2, 2), stride=(2, 2), pool_type="max")
+    out.backward()
+
+
+def test_training_sweeps_leave_out_calls_that_take_too_long():
+    """The training ops' sweep keeps each call's bytes and flops as the frontend counts them;
+    a memory-bound call slower than `longest` is left out with the larger ones of its kind,
+    while the convolutions and products are always timed."""
+    from realexec import session
+    from realexec.calibration import microbench, training
+
+    with session(workers=1) as nd:
+        bench = microbench._Bench(nd, 1)
+        calls = training.cases(nd, (2**8,), ((1, 2, 6, 3, 3, 1, 0),), ((4, 8, 6),))
+        every = training.kernel_times(bench, calls, repeats=1, rounds=1, pause=0.0)
+        none = training.kernel_times(bench, calls, repeats=1, rounds=1, pause=0.0, longest=0.0)
+        program = asyncsim.record(lambda nd: [nd.invoke(n, *[nd.ones(a.shape) for a in i], **at)
+                                              for n, i, at in calls[:1]])
+    assert set(none) == set(training.COMPUTE_BOUND)
+    assert set(every) == {name for name, _, _ in calls}
+    first = next(op for op in program.ops if op.name == calls[0][0])
+    assert every[first.name]["points"][0][:2] == [first.nbytes, first.flops]
+    assert all(seconds > 0 for points in every.values() for *_, seconds in points["points"])
+
+
 def test_background_load_is_other_processes_cpu_time():
     """BackgroundLoad counts the busy cores of other processes, not this process's own work."""
     load = cal.BackgroundLoad()
+    # busy in this process only, for 0.2 s: /proc/stat counts in ticks of 10 ms, so a shorter
+    # span reads another process's single tick as a whole core or more
+    deadline = time.perf_counter() + 0.2
     total = 0
-    for i in range(200_000):  # busy in this process only
-        total += i
+    while time.perf_counter() < deadline:
+        total += 1
     assert 0.0 <= load.cores() < 2.5
 
 

@@ -20,6 +20,16 @@ turns them into the Profile that `asyncsim.simulate` prices a program with:
 - `gil`: Python seconds per op on a worker outside its kernel, holding the GIL; `release`: what
   a worker adds when an op it finishes was the last user of a buffer the frontend dropped;
   `recheck`: what it adds per op while the frontend sleeps in a blocker waiting for it;
+- "cpu:<op>" and "frontend:<op>" costs of the ops training adds (convolutions, pooling, the
+  softmaxes, cross-entropy, batch norm, activations, their gradients, `sgd_update`, ...): each
+  kernel fitted over sizes on the bytes and flops the model counts for it (latency + bytes /
+  bandwidth + flops / peak for the convolutions, over LeNet's and ResNet's layers), each issue
+  measured as the other ops' (`realexec.calibration.training`, `realexec.calibration.issuing`);
+  "cpu:dot" over the square products below and rectangular ones with an operand transposed, as
+  a dense layer's forward and backward call them; "frontend:backward" and
+  "frontend:kvstore", per op that backward and a Trainer issue (their Python around each op),
+  "frontend:graph", per hybridized block call; reshape, cast and assign fall to
+  "cpu:copy", any op without a cost of its own to "cpu:*" (the elementwise cost);
 - "cpu:<op|group>" costs: latency + bytes / bandwidth fits over sizes for create, elementwise,
   binary (and broadcasting binary: "cpu:broadcast"), copy and reduce ops and the compute-bound
   samplers (with bytes beyond a cache size at a second bandwidth, and beyond a larger one at a
@@ -67,7 +77,14 @@ import numpy as np
 
 from asyncsim.model.profile import Cost, Profile, ProfileError
 from realexec.calibration import fits, microbench
-from realexec.calibration.fits import blocker_costs, fit, fit_bytes, kernel_costs, set_crowding
+from realexec.calibration.fits import (
+    blocker_costs,
+    fit,
+    fit_bytes,
+    kernel_costs,
+    op_costs,
+    set_crowding,
+)
 from realexec.calibration.measure import (
     FULL,
     QUICK,
@@ -79,7 +96,7 @@ from realexec.calibration.microbench import BackgroundLoad  # noqa: F401 -- re-e
 from realexec.engine.core import Engine, default_workers
 from realexec.frontend import machine
 
-VERSION = 7  # bump when what is measured changes: older cache files are then ignored
+VERSION = 8  # bump when what is measured changes: older cache files are then ignored
 
 
 def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
@@ -95,6 +112,18 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
                 "frontend:relu": issue["relu"], "frontend:normal": issue["normal"],
                 "frontend:uniform": issue["normal"], "frontend:slice": issue["slice"]}
     costs.update({key: Cost(latency=secs) for key, secs in frontend.items()})
+    # the training ops: each priced by name (reshape, cast and assign by "cpu:copy")
+    square = raw["kernels"].get("dot")
+    costs.update(op_costs(raw.get("ops", {}),
+                          extra={"dot": fits.dot_points(square)} if square else None))
+    costs.update({f"frontend:{name}": Cost(latency=secs)
+                  for name, secs in raw.get("op_issue", {}).items()})
+    phases = raw.get("phases")
+    if phases:  # per op that backward and a Trainer issue; per hybridized call (two blocks:
+        # its cost grows with the block's parameters, which a Cost cannot see)
+        costs["frontend:backward"] = Cost(latency=phases["backward"])
+        costs["frontend:kvstore"] = Cost(latency=phases["kvstore"])
+        costs["frontend:graph"] = Cost(latency=0.5 * (phases["graph"] + phases["graph_mlp"]))
     fresh = raw["fresh"]
     # the chapters' asnumpy, print and item run once per region: priced cold (see fresh)
     costs.update(blocker_costs({**fresh["blockers"],
@@ -153,14 +182,16 @@ def cache_dir() -> Path:
 
 
 def _code_digest() -> str:
-    """A digest of the code whose speed is measured (the engine, its kernels, the frontend), so
-    that a changed engine is measured again rather than predicted from an old profile."""
+    """A digest of the code whose speed is measured (the engine, its kernels, the frontend and
+    the ops it infers, the microbenchmarks themselves), so that a changed engine is measured
+    again rather than predicted from an old profile."""
     import asyncsim
     import realexec
 
     digest = hashlib.sha1()
-    for package, names in ((realexec, ("*.py", "kernels/*.py")),
-                           (asyncsim, ("frontend.py", "ops.py"))):
+    for package, names in ((realexec, ("*.py", "engine/*.py", "cpu/*.py", "gpu/*.py",
+                                       "calibration/*.py")),
+                           (asyncsim, ("nd/*.py", "nd/ops/*.py", "gluon/*.py"))):
         root = Path(package.__file__).parent
         for name in names:
             for path in sorted(root.glob(name)):

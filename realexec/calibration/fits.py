@@ -1,8 +1,8 @@
 """From measurements to Costs, for realexec.calibrate: non-negative least squares on relative
 error, the piecewise bytes fit (a bandwidth up to a cache size, another beyond it, a third beyond
 a second size), the kernels that calibration times (`FITTED`: what each prices, its bytes and
-flops per size) and their costs, the blockers' own costs, and the crowding of kernels that run
-at once.
+flops per size) and their costs, the training ops' costs from points that carry their own bytes
+and flops (`op_costs`), the blockers' own costs, and the crowding of kernels that run at once.
 
 Each point is (features of an op size, its median seconds); coefficients are seconds per feature
 unit (1, byte, flop). The fits minimise the squared *relative* error, so a 2 us op and a 20 ms
@@ -49,22 +49,22 @@ def cost_of(coef) -> Cost:
                 peak=float(1.0 / per_flop) if per_flop > 0 else math.inf)
 
 
-def fit_bytes(nbytes: np.ndarray, seconds: np.ndarray) -> tuple[Cost, list]:
+def fit_bytes(nbytes: np.ndarray, seconds: np.ndarray, levels: int = 2) -> tuple[Cost, list]:
     """latency + bytes / bandwidth, or, where it fits much better (half the squared relative
     error, leaving out the worst point of each so that one noisy size cannot decide), with bytes
     beyond a `cache` size (one of the measured sizes) at `spill` bytes/s; and in turn, where that
     fits much better again, with bytes beyond a second, larger size `cache2` at `spill2` (a
     machine with a large last-level cache shows three bandwidths: the core's own caches, the
-    shared cache, main memory)."""
+    shared cache, main memory). At most `levels` cache sizes."""
     coef = fit(np.stack([np.ones_like(nbytes), nbytes], axis=1), seconds)
     best, best_err = cost_of(coef), _relative_error(cost_of(coef), nbytes, seconds)
     chosen = coef.tolist()
-    inner = nbytes[1:-1]
-    for levels in (1, 2):
+    inner = np.unique(nbytes)[1:-1]  # points of several variants may share a size
+    for level in range(1, levels + 1):
         if best_err < 1e-12:  # nothing left for another bandwidth to explain
             break
         found = None
-        for breaks in itertools.combinations(inner, levels):
+        for breaks in itertools.combinations(inner, level):
             cost, coef = _piecewise(nbytes, seconds, breaks)
             if cost is None:
                 continue
@@ -164,8 +164,49 @@ def kernel_costs(measured: dict, device: str = "cpu") -> dict[str, Cost]:
     return costs
 
 
+# the training ops whose time is the bytes they move (no exp or log per element, no BLAS):
+# crowded by kernels beside them as the elementwise ones are
+MEMORY_BOUND_OPS = ("relu_grad", "equal", "sgd_update", "broadcast_to", "sum_axis", "argmax",
+                    "batch_norm", "batch_norm_grad", "batch_norm_grad_gamma", "batch_norm_infer",
+                    "bn_update", "pool2d", "pool2d_grad")
 MEMORY_BOUND = ("cpu:*", "cpu:create", "cpu:elementwise", "cpu:add", "cpu:sub", "cpu:mul",
-                "cpu:div", "cpu:broadcast", "cpu:copy", "cpu:reduce")
+                "cpu:div", "cpu:broadcast", "cpu:copy", "cpu:reduce",
+                *(f"cpu:{name}" for name in MEMORY_BOUND_OPS))
+COMPUTE_BOUND_OPS = ("conv2d", "conv2d_grad_data", "conv2d_grad_weight", "dot")
+
+
+def dot_points(fitted: dict) -> list:
+    """[bytes, flops, seconds] of the square and matrix-vector products of the `dot` sweep
+    (FITTED's "dot": sizes, seconds): fitted together with the transposed ones of
+    `realexec.calibration.training`."""
+    return [[float(_dot_bytes(n)), float(_dot_flops(n)), float(secs)]
+            for n, secs in zip(fitted["sizes"], fitted["seconds"], strict=True)]
+
+
+def op_costs(measured: dict, device: str = "cpu", extra: dict | None = None) -> dict[str, Cost]:
+    """"cpu:<op>" (or `device`:) costs of the training ops from their points (`measured`: op
+    name -> {"points": [[bytes, flops, seconds], ...]}, as
+    `realexec.calibration.training.kernel_times` gives them): latency + bytes / bandwidth +
+    flops / peak for the convolutions and the products (with `extra`, the square ones of the
+    `dot` sweep: `dot_points`), `fit_bytes` (with its cache levels) for the others. The
+    coefficients are added to `measured`. `extra`: op name -> more points of that op, measured
+    elsewhere, fitted along."""
+    costs: dict[str, Cost] = {}
+    extra = extra or {}
+    for name, fitted in measured.items():
+        points = np.array(sorted(fitted["points"] + extra.get(name, [])), float)
+        moved, flops, times = points[:, 0], points[:, 1], points[:, 2]
+        if name in COMPUTE_BOUND_OPS:
+            coef = fit(np.stack([np.ones(len(times)), moved, flops], axis=1), times).tolist()
+            cost = cost_of(coef)
+        else:
+            # a cache size only where at least two more sizes than unknowns pin it down: an op
+            # measured at a few sizes (a slow one) is a straight line
+            sizes = len(np.unique(moved))
+            cost, coef = fit_bytes(moved, times, levels=max(0, min(2, sizes - 4)))
+        fitted["coefficients"] = coef
+        costs[f"{device}:{name}"] = cost
+    return costs
 
 
 def _crowd(case: dict, latency: float, workers: int) -> float:

@@ -4,7 +4,8 @@ run of every microbenchmark on the real engine that yields the raw numbers (`_me
 `realexec.calibrate` re-exports these names, derives a Profile from the raw numbers and caches
 it; `realexec.calibration.gpu` times the same `kernels` on a GPU. Nothing here fits or prices:
 `_measure` returns the numbers as measured, each microbenchmark's own summary of its repeats
-(see `realexec.calibration.microbench`, `realexec.calibration.host`).
+(see `realexec.calibration.microbench`, `realexec.calibration.host`,
+`realexec.calibration.training`, `realexec.calibration.issuing`).
 
 Assumptions: the caller has paused the garbage collector (a collection would land in a cost);
 `_measure` first keeps every core busy for a second when its settings spread rounds over time
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 
 from realexec.calibration import gil as microbench_gil
 from realexec.calibration import host as microbench_host
-from realexec.calibration import microbench
+from realexec.calibration import issuing, microbench, training
 from realexec.calibration.fits import FITTED, ROW
 from realexec.calibration.steady import busy
 from realexec.frontend import session
@@ -41,6 +42,12 @@ class Settings:
     recheck_size: int  # elements of the ops of the backlog a blocked frontend waits for
     # seconds between the rounds of a per-op microbenchmark (realexec.calibration.steady.central)
     spread: float
+    # the training ops (realexec.calibration.training): elements of the memory-bound ones'
+    # arrays, and the convolutions' (batch, channels, side, filters, kernel, stride, pad)
+    op_sizes: tuple[int, ...] = ()
+    conv_shapes: tuple[tuple[int, ...], ...] = ()
+    dot_shapes: tuple[tuple[int, int, int], ...] = ()  # (m, k, n), each operand transposed too
+    graph_repeats: int = 0  # calls of a hybridized block and of its ops one by one
 
 
 # 2**23: the scenarios' largest arrays (2000 x 2000, ~2**22) spill out of the cache; with 2**22
@@ -49,12 +56,26 @@ FULL = Settings(sizes=(2**10, 2**13, 2**16, 2**18, 2**20, 2**21, 2**22, 2**23),
                 dot_sides=(32, 64, 128, 256, 512, 1024), gemv_sides=(128, 512, 2048),
                 repeats=5, sweeps=3, issue_ops=300, loops=15, roundtrips=200,
                 blocker_sizes=(2**4, 2**12, 2**18, 2**21), crowd_sizes=(2**20, 2**22),
-                compute_size=2**20, fresh_rounds=3, recheck_size=2**13, spread=0.2)
+                compute_size=2**20, fresh_rounds=3, recheck_size=2**13, spread=0.2,
+                # 2**22: past the last cache, as the training scenarios' activations are
+                op_sizes=(2**10, 2**13, 2**16, 2**19, 2**21, 2**22),
+                # 8.4's LeNet layers (and a small batch), ResNet's 3x3 blocks on shrinking
+                # images with more channels, a strided 1x1 projection
+                conv_shapes=((8, 1, 28, 20, 3, 1, 0), (64, 1, 28, 20, 3, 1, 0),
+                             (32, 20, 13, 50, 5, 1, 0), (16, 3, 32, 16, 3, 1, 1),
+                             (8, 64, 16, 64, 3, 1, 1), (4, 128, 8, 128, 3, 1, 1),
+                             (4, 256, 4, 256, 3, 1, 1), (16, 64, 8, 128, 1, 2, 0)),
+                # dense layers' products: a batch through a layer, and its gradients
+                dot_shapes=((64, 128, 256), (256, 512, 1024), (512, 1024, 256)),
+                graph_repeats=100)
 QUICK = Settings(sizes=(2**8, 2**12, 2**16, 2**18), dot_sides=(16, 64, 256), gemv_sides=(64, 256),
                  repeats=3, sweeps=1, issue_ops=100, loops=5, roundtrips=50,
                  blocker_sizes=(2**4, 2**14),
                  crowd_sizes=(2**18,), compute_size=2**14, fresh_rounds=1, recheck_size=2**12,
-                 spread=0.0)
+                 spread=0.0, op_sizes=(2**8, 2**12, 2**16),
+                 conv_shapes=((2, 1, 12, 4, 3, 1, 0), (2, 8, 8, 8, 3, 1, 1),
+                              (4, 16, 6, 16, 1, 1, 0)),
+                 dot_shapes=((16, 32, 64),), graph_repeats=10)
 
 def kernels(nd, settings, ctx=None) -> list[tuple]:
     """(name in `realexec.calibration.fits.FITTED`, op name in the engine's log, maker(size) ->
@@ -107,7 +128,7 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
 
     raw: dict = {}
     s = settings
-    bar = tqdm(total=9 + len(FITTED), desc="calibrating", disable=not progress, leave=False)
+    bar = tqdm(total=10 + len(FITTED), desc="calibrating", disable=not progress, leave=False)
     # this kind of machine runs slower for seconds after its cores idled
     # (realexec.calibration.steady)
     busy(1.0 if s.spread else 0.0)
@@ -145,6 +166,18 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
                                             s.sweeps, s.spread)
             fits[name] = {"sizes": list(sizes), "seconds": times}
             bar.update()
+        bar.set_postfix_str("training ops")
+        calls = training.cases(nd, s.op_sizes, s.conv_shapes, s.dot_shapes)
+        raw["ops"] = training.kernel_times(bench, calls, s.repeats, s.sweeps, s.spread)
+        del calls
+        raw["graph_step"] = training.graph_step(bench, s.graph_repeats)
+        raw["op_issue"] = issuing.issue_times(bench, max(1, s.issue_ops // 3), s.loops,
+                                              s.spread / 4)
+        raw["phases"] = issuing.phase_times(bench, max(1, s.issue_ops // 15), s.loops,
+                                            s.spread / 4)
+        raw["recording"] = issuing.recording_overhead(bench, max(1, s.issue_ops // 3),
+                                                      max(1, s.loops // 3), s.spread / 4)
+        bar.update()
         bar.set_postfix_str("round trip")
         raw["roundtrip_late"] = microbench.roundtrip(bench, s.roundtrips, s.loops, s.spread / 2)
         bar.update()

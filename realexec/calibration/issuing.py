@@ -1,0 +1,249 @@
+"""The frontend side of the ops that training adds, for realexec.calibrate: seconds the frontend
+spends issuing each of them, and the Python that surrounds their issue in autograd, a Trainer
+and Gluon's blocks.
+
+- `issue_times(bench, n, loops, pause)`: frontend seconds per issued op for each training op,
+  called the way workloads and gradients call them (`nd.Convolution`, `nd.Pooling`,
+  `nd.softmax`, `nd.sgd_update`, ...; `nd.invoke` for the gradient ops, as autograd does): the
+  period of a loop of `n` calls while every worker is held, as
+  `realexec.calibration.microbench.frontend` measures the other ops; here the workers wait on an
+  event the frontend sets once every kind is issued, so one hold serves all kinds.
+- `phase_times(bench, n, loops, pause)`: frontend seconds per op that `backward()` and
+  `Trainer.step` issue (their Python around each op), per hybridized block call, and Gluon's
+  imperative layer calls against the `nd` calls they make (what a block call adds, which no op
+  carries: kept in meta for the model, which has no cost for it yet).
+- `recording_overhead(bench, n, loops, pause)`: what `autograd.record()` adds per op issued.
+
+Every loop runs with the workers held, so that no worker competes for the GIL or a core, and
+the arrays the calls read are written by the first held op, so no call's op is ready and none
+is handed to a worker's queue (a push that wakes a worker is `wake`, priced apart). Times are
+seconds, `central` of `loops` rounds with busy pauses between them.
+"""
+
+from __future__ import annotations
+
+import threading
+from time import perf_counter_ns
+
+from realexec.calibration.microbench import _HOLD
+from realexec.calibration.steady import busy, central
+from realexec.calibration.training import WINDOW, small_cnn, small_mlp
+
+
+def _hold_all(bench, arrays) -> threading.Event:
+    """Occupy every worker with an op that waits on the returned event (no GIL, no core); the
+    first also writes `arrays`, so that no op issued meanwhile that reads them is ready."""
+    engine, release = bench.engine, threading.Event()
+    writes = tuple(bench.backend.vars[a.var] for a in arrays)
+    for k in range(bench.workers):
+        engine.push(release.wait, (), writes if k == 0 else (engine.new_var(_HOLD),), "cpu",
+                    _HOLD, (60.0,))
+    return release
+
+
+def _issue_makers(nd) -> tuple[dict, tuple]:
+    """kind -> a call that issues one op of that name, as workloads and autograd call it; and
+    the arrays those calls read."""
+    x, y = nd.ones((8,)), nd.ones((8,))
+    m, row = nd.ones((4, 8)), nd.ones((1, 8))
+    logits, label, per_example = nd.ones((4, 3)), nd.zeros((4,)), nd.ones((4,))
+    images, channel = nd.ones((2, 2, 4, 4)), nd.ones((2,))
+    pooled = nd.ones((2, 2, 2, 2))
+    weight, maps = nd.ones((2, 2, 3, 3)), nd.ones((2, 2, 2, 2))
+    geometry = {"kernel": (3, 3), "stride": (1, 1), "pad": (0, 0)}
+    window = {"pool_type": "max", **WINDOW}
+    invoke = nd.invoke
+    makers = {
+        "conv2d": lambda: nd.Convolution(images, weight, kernel=(3, 3), num_filter=2,
+                                         no_bias=True),
+        "conv2d_grad_data": lambda: invoke("conv2d_grad_data", maps, weight,
+                                           data_shape=images.shape, **geometry),
+        "conv2d_grad_weight": lambda: invoke("conv2d_grad_weight", images, maps,
+                                             weight_shape=weight.shape, **geometry),
+        "pool2d": lambda: nd.Pooling(images, kernel=(2, 2), stride=(2, 2), pool_type="max"),
+        "pool2d_grad": lambda: invoke("pool2d_grad", images, pooled, **window),
+        "softmax": lambda: nd.softmax(logits),
+        "log_softmax": lambda: nd.log_softmax(logits),
+        "softmax_grad": lambda: invoke("softmax_grad", logits, logits, axis=1),
+        "log_softmax_grad": lambda: invoke("log_softmax_grad", logits, logits, axis=1),
+        "softmax_ce": lambda: nd.softmax_cross_entropy(logits, label),
+        "softmax_ce_grad": lambda: invoke("softmax_ce_grad", logits, label, per_example),
+        "batch_norm": lambda: invoke("batch_norm", images, channel, channel, eps=1e-5),
+        "batch_norm_grad": lambda: invoke("batch_norm_grad", images, channel, images,
+                                          eps=1e-5),
+        "batch_norm_grad_gamma": lambda: invoke("batch_norm_grad_gamma", images, images,
+                                                eps=1e-5),
+        "batch_norm_infer": lambda: invoke("batch_norm_infer", images, channel, channel,
+                                           channel, channel, eps=1e-5),
+        "bn_update": lambda: invoke("bn_update", channel, images, momentum=0.9, stat="mean"),
+        "sum_axis": lambda: nd.sum(m, axis=0),
+        "argmax": lambda: nd.argmax(logits, axis=1),
+        "broadcast_to": lambda: nd.broadcast_to(row, m.shape),
+        "reshape": lambda: nd.reshape(m, (8, -1)),
+        "relu_grad": lambda: invoke("relu_grad", x, y),
+        "sigmoid": lambda: nd.sigmoid(x),
+        "tanh": lambda: nd.tanh(x),
+        "equal": lambda: nd.equal(x, y),
+        "cast": lambda: x.astype("float64"),
+        "assign": lambda: invoke("assign", x, y),
+        "sgd_update": lambda: nd.sgd_update(x, y, lr=0.0),
+    }
+    held = (x, y, m, row, logits, label, per_example, images, channel, pooled, weight, maps)
+    return makers, held
+
+
+def issue_times(bench, n: int, loops: int, pause: float) -> dict:
+    """kind -> frontend seconds per issued op (`central` of `loops` rounds, each the period of
+    `n` calls of every kind in turn while the workers wait on an event, so that no worker
+    competes for the GIL or a core; the arrays the calls read are written by the first held
+    op, so no call's op is ready and none is handed to a worker's queue, as in `frontend`)."""
+    nd = bench.nd
+    makers, held = _issue_makers(nd)
+    nd.waitall()
+    samples: dict = {kind: [] for kind in makers}
+    for _ in range(loops):
+        busy(pause)
+        release = _hold_all(bench, held)
+        kept = []
+        try:
+            for kind, make in makers.items():
+                start = perf_counter_ns()
+                for _ in range(n):
+                    kept.append(make())
+                samples[kind].append((perf_counter_ns() - start) * 1e-9 / n)
+        finally:
+            release.set()
+        nd.waitall()
+        del kept
+    return {kind: central(values) for kind, values in samples.items()}
+
+
+def phase_times(bench, n: int, loops: int, pause: float) -> dict:
+    """Frontend seconds per op issued by `backward()` ("backward": the tape's walk and the
+    gradient rules' Python, in this project's autograd, which MXNet runs in C++) and by
+    `Trainer.step` ("kvstore": its loop over the parameters), each on a small classifier of
+    every kind of layer (`small_cnn`), and per call of a hybridized block (the block's lookup
+    of its traced graph and parameters, and the issue of the one op): the classifier ("graph",
+    10 parameters) and a two-layer perceptron ("graph_mlp", 4); and imperative Gluon layer
+    calls beside the `nd` calls they make (`_layer_calls`); with every worker held, as
+    `issue_times`. The cross-entropy loss and its mean are part of what backward
+    differentiates."""
+    from asyncsim.gluon import Trainer, loss
+    from asyncsim.nd import autograd
+
+    nd = bench.nd
+    images, label = nd.random.uniform(shape=(2, 1, 8, 8)), nd.array([0, 2])
+    net, hybrid, mlp = small_cnn(), small_cnn(), small_mlp()
+    ce = loss.SoftmaxCrossEntropyLoss()
+    ce(net(images), label).wait_to_read()  # deferred initialisation
+    for block in (hybrid, mlp):
+        block(images)
+        block.hybridize()
+        block(images)  # the trace
+    trainer = Trainer(net.collect_params(), "sgd", {"learning_rate": 0.0})
+
+    def recorded():
+        with autograd.record():
+            return ce(net(images), label).mean()
+
+    since = bench.mark()
+    recorded().backward()
+    backward_ops = sum(1 for entry in bench.engine.log[since:]
+                       if entry[1] == "issue" and entry[2] != "ones")
+    since = bench.mark()
+    trainer.step(2)
+    step_ops = sum(1 for entry in bench.engine.log[since:] if entry[1] == "issue")
+    nd.waitall()
+    layers = _layer_calls(nd)
+    arrays = (images, label, *layers.pop("arrays"),
+              *[p.data() for block in (net, hybrid, mlp) for p in block.collect_params().values()])
+    samples: dict = {kind: [] for kind in ("backward", "kvstore", "graph", "graph_mlp", *layers)}
+    for _ in range(loops):
+        busy(pause)
+        heads = [recorded() for _ in range(n)]
+        kept = []
+        release = _hold_all(bench, arrays)
+        try:
+            start = perf_counter_ns()
+            for head in heads:
+                head.backward()
+            samples["backward"].append((perf_counter_ns() - start) * 1e-9 / (n * backward_ops))
+            start = perf_counter_ns()
+            for _ in range(n):
+                trainer.step(2)
+            samples["kvstore"].append((perf_counter_ns() - start) * 1e-9 / (n * step_ops))
+            calls = {"graph": lambda: hybrid(images), "graph_mlp": lambda: mlp(images),
+                     **layers}
+            for kind, call in calls.items():
+                # the layer calls' differences are a few microseconds: longer loops
+                count = n if kind.startswith("graph") else 5 * n
+                start = perf_counter_ns()
+                for _ in range(count):
+                    kept.append(call())
+                samples[kind].append((perf_counter_ns() - start) * 1e-9 / count)
+        finally:
+            release.set()
+        nd.waitall()
+        del heads, kept
+    return {kind: central(values) for kind, values in samples.items()}
+
+
+def _layer_calls(nd) -> dict:
+    """kind -> call: Gluon layers called imperatively and the `nd` functions they call, on one
+    example (a block call's Python, beyond its ops' issue, is the difference): a Dense layer
+    against `nd.FullyConnected`, an Activation against `nd.relu`, a HybridSequential of
+    them against its layers called in turn; "arrays": what they read."""
+    from asyncsim.gluon import nn
+
+    x = nd.ones((1, 16))
+    dense, act = nn.Dense(8), nn.Activation("relu")
+    seq = nn.HybridSequential()
+    seq.add(nn.Dense(8), nn.Activation("relu"))
+    for block in (dense, seq):
+        block.initialize()
+        block(x)
+    weight, bias = dense.weight.data(), dense.bias.data()
+    first, second = seq[0], seq[1]
+    params = [p.data() for block in (dense, seq) for p in block.collect_params().values()]
+    return {
+        "dense_call": lambda: dense(x),
+        "fully_connected": lambda: nd.FullyConnected(x, weight, bias, num_hidden=8),
+        "activation_call": lambda: act(x),
+        "relu": lambda: nd.relu(x),
+        "sequential_call": lambda: seq(x),
+        "layers_in_turn": lambda: second(first(x)),
+        "arrays": (x, *params),
+    }
+
+
+def recording_overhead(bench, n: int, loops: int, pause: float) -> dict:
+    """Frontend seconds per `x + 1.0` issued outside and inside `autograd.record()` on an
+    `x` that needs a gradient (the tape notes every op): the extra cost of an op recorded for
+    backward. Reported in meta; a Profile has no key for it yet."""
+    from asyncsim.nd import autograd
+
+    nd = bench.nd
+    x = nd.ones((8,))
+    x.attach_grad()
+    nd.waitall()
+    samples: dict = {"plain": [], "recorded": []}
+    for _ in range(loops):
+        busy(pause)
+        release = _hold_all(bench, (x,))
+        kept = []
+        try:
+            for kind in samples:
+                start = perf_counter_ns()
+                if kind == "recorded":
+                    with autograd.record():
+                        for _ in range(n):
+                            kept.append(x + 1.0)
+                else:
+                    for _ in range(n):
+                        kept.append(x + 1.0)
+                samples[kind].append((perf_counter_ns() - start) * 1e-9 / n)
+        finally:
+            release.set()
+        nd.waitall()
+        del kept
+    return {kind: central(values) for kind, values in samples.items()}
