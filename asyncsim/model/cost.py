@@ -28,6 +28,7 @@ DEVICE_KINDS = ("cpu", "gpu", "frontend")
 GROUPS = tuple(sorted({d.group for d in OPS.values()}))
 LINKS = ("cpu->gpu", "gpu->cpu", "gpu->gpu")
 READBACK = "gpu->host"  # a blocker's copy of GPU data into fresh host memory (an optional link)
+CALLS = ("block",)  # "frontend:<kind>": a program.Call, frontend Python that issues no op
 PHASES = ("backward", "kvstore")  # "frontend:<phase>": the issue of ops autograd or a Trainer makes
 BROADCAST = "broadcast"  # the key of a binary op whose operands' shapes differ
 COST_FIELDS = ("latency", "bandwidth", "peak", "cache", "spill", "cache2", "spill2", "crowd")
@@ -124,7 +125,8 @@ def check_key(key: str, table: str, source: str = "profile") -> None:
     kind, colon, name = key.partition(":")
     wildcard = name == "*" and kind != "frontend"
     blocker = name in BLOCKERS and kind == "frontend"
-    phase = name in PHASES and kind == "frontend"  # ops issued by backward or a Trainer
+    # ops issued by backward or a Trainer; Python that issues no op (program.Call)
+    phase = name in (*PHASES, *CALLS) and kind == "frontend"
     known = name in OPS or name in GROUPS or name == BROADCAST or wildcard or blocker or phase
     if not colon or kind not in DEVICE_KINDS or not known:
         raise ProfileError(

@@ -38,7 +38,7 @@ import simpy
 
 from asyncsim.model.profile import device_kind, is_link_copy
 from asyncsim.nd.ops import BROADCASTING
-from asyncsim.nd.program import Free, Mark, Op, Sync
+from asyncsim.nd.program import Call, Free, Mark, Op, Sync
 from asyncsim.nd.trace import Span
 
 FRONTEND = "frontend"
@@ -125,6 +125,12 @@ class FrontendProcess:
                     self.open_marks.setdefault(ins.label, []).append(env.now)
                 elif self.open_marks.get(ins.label):
                     self.marks.append((ins.label, self.open_marks[ins.label].pop(), env.now))
+            elif kind is Call:  # Python that issues no op (a block call): the frontend's time
+                cost = profile.costs.get(f"frontend:{ins.kind}")
+                if cost is not None and cost.latency:
+                    if gil is not None:
+                        yield from self._take_gil()
+                    yield timeout(cost.latency)
         if gil is not None:
             gil.release(FRONTEND)
         if host is not None:

@@ -67,7 +67,16 @@ class Mark:
     begin: bool
 
 
-Instr = Op | Sync | Free | Mark
+@dataclass(slots=True)
+class Call:
+    """The frontend ran Python that issues no op of its own: `kind` "block" is a Gluon block's
+    call (finding its parameters, inferring shapes) around the ops its layer issues. A profile
+    may price it ("frontend:block"); the real engine simply pays it."""
+
+    kind: str
+
+
+Instr = Op | Sync | Free | Mark | Call
 
 
 @dataclass

@@ -13,7 +13,7 @@ import inspect
 import numpy as np
 
 from asyncsim.nd.frontend import ND
-from asyncsim.nd.program import BLOCKERS, Free, Mark, Program, Sync
+from asyncsim.nd.program import BLOCKERS, Call, Free, Mark, Program, Sync
 
 _DEVICE_HELP = "devices are 'cpu', 'cpuN' and 'gpuN' (from nd.cpu(N) and nd.gpu(N))"
 
@@ -46,6 +46,9 @@ class Recorder:
 
     def free(self, var: int) -> None:
         self.program.instrs.append(Free(var))
+
+    def note(self, kind: str) -> None:
+        self.program.instrs.append(Call(kind))
 
     def mark(self, label: str, begin: bool) -> None:
         self.program.instrs.append(Mark(label, begin))
