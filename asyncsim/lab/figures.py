@@ -24,25 +24,8 @@ import time
 from pathlib import Path
 
 from asyncsim.lab import booktable, scenarios
-from asyncsim.lab.compare import Row, table
+from asyncsim.lab.compare import table
 from asyncsim.model.profile import Profile
-from asyncsim.model.simulate import simulate
-
-
-def book_report(profile: Profile) -> str:
-    """Every number the chapters printed, beside the book profile's prediction of it."""
-    parts = []
-    for name, sc in scenarios.SCENARIOS.items():
-        if not sc.book:
-            continue
-        prof = profile if profile.gpus >= sc.num_gpus else profile.replace(gpus=sc.num_gpus)
-        trace = simulate(sc.record(), prof)
-        rows = [Row(label, trace.regions.get(label, 0.0), secs, "s")
-                for label, secs in sc.book.items() if label not in sc.measured_only]
-        if rows:
-            parts.append(table(rows, f"{name} ({sc.book_source}), profile {prof.name}: "
-                                     f"'measured' is the book's number"))
-    return "\n\n".join(parts)
 
 
 def _book_preset(sc) -> Profile:
