@@ -87,7 +87,7 @@ def test_overlap_reports_a_speedup_per_kernel_duration():
     """`overlap`: one speedup of two threads over one per duration asked for, between "worse
     than one thread" (a hand-over each call) and "twice as fast" (two cores). How much two bare
     threads overlap depends on where the OS puts them (1.2-1.8 for 1 ms kernels, run to run,
-    on this workplace's 2-vCPU VM), so its size is printed by benchmarks/gil_overlap.py, not
+    on a 2-vCPU VM), so its size is printed by benchmarks/gil_overlap.py, not
     asserted."""
     speedups = overlap((2e-5, 1e-3), calls=10, rounds=1)
     assert set(speedups) == {2e-5, 1e-3}

@@ -7,7 +7,7 @@ are the interpreter's and the operating system's.
   Python, so W falls asleep in CPython's take_gil; the holder then lets the GIL go by calling a
   kernel long enough that the GIL stays free, stamping the clock just before; W stamps it when
   it runs Python again. The difference is what a GIL hand-over to a sleeping thread takes: ~40
-  us on this workplace's 2-vCPU VM, where an idle engine worker wakes in ~18 us (`dispatch`).
+  us on a 2-vCPU VM, where an idle engine worker wakes in ~18 us (`dispatch`).
 - `overlap`: two threads each calling a kernel of `d` seconds in a loop, with ~1.5 us of Python
   between calls (an engine worker's bookkeeping), against one thread making all the calls: the
   speedup. It depends on where the OS puts the two threads, run to run: here 17 us kernels
