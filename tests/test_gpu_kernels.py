@@ -8,36 +8,19 @@ thread; 32x32 register-blocked, BK = 4).
 """
 
 import math
-import os
 import types
 
 import numpy as np
 import pytest
+from gpu_guard import require_gpu
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays, mutually_broadcastable_shapes
 
-
-def _gpu_usable() -> bool:
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        return True
-    try:
-        from numba import cuda
-
-        return bool(cuda.is_available())
-    except Exception:
-        return False
-
-
-if not _gpu_usable():
-    pytest.skip("needs NUMBA_ENABLE_CUDASIM=1 or a CUDA GPU", allow_module_level=True)
+gpu = require_gpu()
 
 from asyncsim.nd import ops  # noqa: E402
-from realexec.gpu import kernels as gpu  # noqa: E402
 from realexec.gpu import matmul as gpu_matmul  # noqa: E402
-
-if not gpu.available():
-    pytest.skip(gpu.device_error(0), allow_module_level=True)
 
 pytestmark = pytest.mark.cudasim
 

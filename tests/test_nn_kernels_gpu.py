@@ -8,39 +8,22 @@ outputs around the grid-stride loops and both sum_axis kernels (fewer or more te
 block has threads).
 """
 
-import os
 import types
 
 import numpy as np
 import pytest
+from gpu_guard import require_gpu
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-
-def _gpu_usable() -> bool:
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        return True
-    try:
-        from numba import cuda
-
-        return bool(cuda.is_available())
-    except Exception:
-        return False
-
-
-if not _gpu_usable():
-    pytest.skip("needs NUMBA_ENABLE_CUDASIM=1 or a CUDA GPU", allow_module_level=True)
+gpu = require_gpu()
 
 from nn_reference import reference  # noqa: E402
 
 from asyncsim.nd import ops  # noqa: E402
 from realexec.gpu import graph as gpu_graph  # noqa: E402
 from realexec.gpu import im2col as gpu_im2col  # noqa: E402
-from realexec.gpu import kernels as gpu  # noqa: E402
 from realexec.gpu import matmul as gpu_matmul  # noqa: E402
-
-if not gpu.available():
-    pytest.skip(gpu.device_error(0), allow_module_level=True)
 
 pytestmark = pytest.mark.cudasim
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import simpy
 
 from asyncsim.model.profile import device_kind, is_link_copy
-from asyncsim.nd.ops import BROADCASTING
+from asyncsim.nd.ops import BROADCASTING, broadcasts
 from asyncsim.nd.program import Call, Free, Mark, Op, Sync
 from asyncsim.nd.trace import Span
 
@@ -172,8 +172,7 @@ class FrontendProcess:
 
     def _broadcast(self, op: Op) -> bool:
         """Whether the operands of a binary op differ in shape (numpy's broadcasting)."""
-        shapes = {self.program.vars[var].shape for var in op.reads}
-        return len(shapes) > 1 or self.program.vars[op.out].shape not in shapes
+        return broadcasts(op, self.program.vars)
 
     def _rule(self, op: Op, broadcast: bool) -> tuple:
         link = is_link_copy(op)

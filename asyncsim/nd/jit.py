@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from asyncsim.nd.ops import ShapeError
+from asyncsim.nd.ops import ShapeError, broadcasts
 from asyncsim.nd.program import Op, Var
 
 
@@ -64,8 +64,7 @@ class Graph:
 
     def broadcasts(self, op: Op) -> bool:
         """Whether a binary member op's operands differ in shape (priced as broadcasting)."""
-        shapes = {self.vars[v].shape for v in op.reads}
-        return len(shapes) > 1 or self.vars[op.out].shape not in shapes
+        return broadcasts(op, self.vars)
 
     def __repr__(self) -> str:
         return f"Graph({self.name!r}: {len(self.ops)} ops, output {self.out_shape})"

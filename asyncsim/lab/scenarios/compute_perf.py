@@ -1,10 +1,9 @@
 """8.4's data-parallelism helpers from D2L Chinese chapter 8 (seed 003); 8.1 is in `training`.
 
-- 8.4 builds data parallelism from `allreduce` and `split_and_load`; both helpers are here with
-  the chapter's demo data. `data[0].copyto(data[i])` (a copy into an existing array) is written
-  `data[i][:] = data[0].copyto(data[i].context)`, and `nd.arange(24).reshape((6, 4))` is an
-  `nd.array` of numpy's arange, as the frontend has neither. LeNet training (8.4.6) and ResNet-18
-  on two GPUs (8.5) need convolutions and autograd, which the frontend lacks: not included.
+- 8.4.3 demonstrates the chapter's `allreduce` and `split_and_load` (written once, verbatim, in
+  `data_parallel`, which trains LeNet and ResNet-18 with them) on its demo data;
+  `nd.arange(24).reshape((6, 4))` is an `nd.array` of numpy's arange, as the frontend has no
+  arange.
 Units: sizes are counts of features, examples and GPUs; the book's numbers are seconds.
 """
 
@@ -15,22 +14,7 @@ from math import prod
 import numpy
 
 from asyncsim.lab.scenarios.base import Scenario
-
-
-def allreduce(data):
-    """8.4.3: sum the arrays on gpu0, then broadcast the sum back to every other GPU."""
-    for i in range(1, len(data)):
-        data[0][:] += data[i].copyto(data[0].context)
-    for i in range(1, len(data)):
-        data[i][:] = data[0].copyto(data[i].context)
-
-
-def split_and_load(data, ctx):
-    """8.4.3: split a batch along its first axis into one equal part per context."""
-    n, k = data.shape[0], len(ctx)
-    m = n // k  # the chapter assumes n divides evenly
-    assert m * k == n, '# examples is not divided by # devices.'
-    return [data[i * m: (i + 1) * m].as_in_context(ctx[i]) for i in range(k)]
+from asyncsim.lab.scenarios.data_parallel import allreduce, split_and_load
 
 
 def multi_gpu_helpers(nd, num_gpus=2, shape=(1, 2), batch_shape=(6, 4)):

@@ -43,6 +43,14 @@ BROADCASTING = frozenset({"add", "sub", "mul", "div", "equal"})
 MAX_BYTES = 2**62
 
 
+def broadcasts(op, vars_: dict) -> bool:
+    """Whether op (a `program.Op` of `BROADCASTING`) has operands of different shapes, or of a
+    shape other than its output's: the broadcasting path, which profiles price apart. `vars_`
+    maps its var ids to `program.Var`s."""
+    shapes = {vars_[v].shape for v in op.reads}
+    return len(shapes) > 1 or vars_[op.out].shape not in shapes
+
+
 def check_dtype(name: str, dtype: str) -> str:
     dtype = str(dtype)
     if dtype not in DTYPES:
@@ -85,4 +93,5 @@ def flops(name: str, shapes: tuple[Shape, ...], out: Shape) -> float:
 
 
 __all__ = ["BROADCASTING", "DTYPES", "INPLACE", "ITEMSIZE", "MAX_BYTES", "OPS", "SAME_SHAPE",
-           "OpDef", "Shape", "ShapeError", "broadcast", "check_dtype", "flops", "infer", "nbytes"]
+           "OpDef", "Shape", "ShapeError", "broadcast", "broadcasts", "check_dtype", "flops",
+           "infer", "nbytes"]
