@@ -157,6 +157,9 @@ def test_ctrl_c_in_the_cli_is_one_line_and_status_130():
     proc = start("""
         from asyncsim.lab import cli
 
+        # compile the kernels first: a SIGINT that lands inside numba's first compilation (a
+        # fresh clone has no cache) is raised in an llvmlite callback, which can crash the process
+        cpu.warmup()
         real_run = cli._run
 
         def announced(*args, **kwargs):
