@@ -46,15 +46,19 @@ from asyncsim.nd.frontend import ND
 from asyncsim.nd.record import check_params, check_workload
 from asyncsim.nd.trace import Span, Trace
 from realexec.cpu import kernels as cpu
+from realexec.cpu.worker import DTYPES, address, native_op, warm_native
 from realexec.engine.core import FRONTEND, Engine, default_workers
 from realexec.engine.deps import Var
 from realexec.engine.memory import Pool, RssProbe
+from realexec.engine.native import NativeEngine
 from realexec.engine.shutdown import EngineStopped, trace_log
 from realexec.gpu.backend import GpuBackend
 from realexec.gpu.device import check_gpu
 from realexec.gpu.vars import StreamVar, after_device, host_wait
 
 _RSS_EVERY_NS = 10_000_000
+ENGINES = {"native": NativeEngine, "python": Engine}
+_KERNELS = dict(cpu.KERNELS)  # as shipped: the native worker runs these ops itself
 _warm = False
 
 
@@ -70,6 +74,7 @@ class EngineBackend(GpuBackend):
         self.kernels = cpu.KERNELS
         self.vars: dict = {}  # frontend var id -> engine Var (its name is its device)
         self._release_cpu = self.pools["cpu"].release  # bound once: a free per op passes it
+        self._native = isinstance(engine, NativeEngine)  # elementwise ops run compiled
         self._init_gpu()
         self.marks = trace_log(trace)  # (label, start_ns, end_ns)
         self._open_marks: list[tuple[str, int]] = []
@@ -123,18 +128,42 @@ class EngineBackend(GpuBackend):
             inputs = (reads[0].data,)
         else:
             inputs = tuple([v.data for v in reads])
-        fn, args = self.kernels[op.name], (inputs, out.data, op.attrs)
-        if gpus:
-            copied = tuple([v for v in reads if type(v) is StreamVar])
-            if copied:  # buffers a copy from a GPU fills: wait for those copies first
-                fn, args = after_device, (fn, copied, *args)
+        coded = None
+        if self._native and host is None:
+            coded = native_op(op.name, op.attrs, [v.shape for v in inputs])
+            # a replaced kernel (a test's gate, a teacher's tracer) runs as given, in Python
+            if coded is not None and (self.kernels[op.name] is not _KERNELS[op.name] or (
+                    gpus and any(type(v) is StreamVar for v in reads))):
+                coded = None  # (or a GPU copy fills an input: wait for it in Python)
         try:
+            if coded is not None:
+                self._push_native(coded, op, reads, out, t_issue)
+                return
+            fn, args = self.kernels[op.name], (inputs, out.data, op.attrs)
+            if gpus:
+                copied = tuple([v for v in reads if type(v) is StreamVar])
+                if copied:  # buffers a copy from a GPU fills: wait for those copies first
+                    fn, args = after_device, (fn, copied, *args)
             engine.push(fn, reads, (out,), op.device, op.name, args, op.id, t_issue)
         except EngineStopped:  # refused before queuing: give the fresh output back
             if out_var is not None:
                 vars_.pop(out_var.id, None)
                 self.pools[out_var.device].release(out.data)
             raise
+
+    def _push_native(self, coded, op, reads, out, t_issue) -> None:
+        """Push an op that the compiled CPU worker runs itself, over the buffers' addresses."""
+        kind, code, scalar = coded
+        data = out.data
+        if not out.ptr:
+            out.ptr = address(data.reshape(-1))
+        a = b = out.ptr
+        if reads:
+            a = b = reads[0].ptr or _address_of(reads[0])
+            if len(reads) > 1:
+                b = reads[1].ptr or _address_of(reads[1])
+        self.engine.push_native(kind, code, DTYPES[data.dtype], data.size, a, b, out.ptr,
+                                scalar, reads, (out,), op.device, op.name, op.id, t_issue)
 
     def sync(self, kind: str, var: int | None):
         start = perf_counter_ns()
@@ -234,6 +263,11 @@ class EngineBackend(GpuBackend):
                 else:
                     self._close_gpus()
             self._rss.close()
+
+
+def _address_of(var) -> int:
+    var.ptr = address(var.data.reshape(-1))
+    return var.ptr
 
 
 def check_device(device: str) -> None:
@@ -341,7 +375,8 @@ def blas_threads(threads: int):
 
 @contextlib.contextmanager
 def session(workers: int | None = None, mode: str = "async", max_inflight: int | None = None,
-            seed: int = 0, device: str = "cpu", trace: bool | int = True):
+            seed: int = 0, device: str = "cpu", trace: bool | int = True,
+            engine: str = "native"):
     """An `nd` over a fresh engine, for interactive use; the engine is closed on exit.
 
         >>> with realexec.session(workers=2) as nd:
@@ -351,9 +386,11 @@ def session(workers: int | None = None, mode: str = "async", max_inflight: int |
 
     BLAS gets cores // workers threads meanwhile (so W concurrent products do not oversubscribe
     the cores; all cores in sync mode), and its previous setting is restored when the last open
-    session ends (`blas_threads`). The objects that exist when the session starts are moved out
-    of the cyclic GC's way until it ends (`frozen_gc`). `trace`: True records everything, False
-    no spans, samples or marks, N the last ~N of each.
+    session ends (`blas_threads`). `engine`: "native" (`realexec.engine.native`: compiled
+    workers run elementwise ops without the GIL) or "python" (`realexec.engine.core`: Python
+    worker threads, the contrast the chapters draw). The objects that exist when the session
+    starts are moved out of the cyclic GC's way until it ends (`frozen_gc`). `trace`: True
+    records everything, False no spans, samples or marks, N the last ~N of each.
 
     Leaving the block by an exception (Ctrl-C included) cancels the engine: the ops not yet
     started are dropped and the exception propagates at once; leaving it normally waits for
@@ -361,12 +398,15 @@ def session(workers: int | None = None, mode: str = "async", max_inflight: int |
     global _warm
     if not _warm:  # compile (or load from numba's cache) before any timing starts
         cpu.warmup(("float32", "float64"))
+        warm_native()
         _warm = True
     if device not in ("cpu", "gpu"):
         raise ValueError(f"device must be 'cpu' or 'gpu' (where arrays made without a ctx "
                          f"live), got {device!r}")
     check_device("cpu" if device == "cpu" else "gpu0")
-    engine = Engine(workers=workers, mode=mode, max_inflight=max_inflight, trace=trace)
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {tuple(ENGINES)}, got {engine!r}")
+    engine = ENGINES[engine](workers=workers, mode=mode, max_inflight=max_inflight, trace=trace)
     cores = default_workers()
     threads = cores if mode == "sync" else max(1, cores // engine.workers)
     cancel = False
@@ -392,13 +432,14 @@ def session(workers: int | None = None, mode: str = "async", max_inflight: int |
 
 def run(workload, device: str = "cpu", workers: int | None = None, mode: str = "async",
         max_inflight: int | None = None, seed: int = 0, trace: bool | int = True,
-        **params) -> Trace:
+        engine: str = "native", **params) -> Trace:
     """Run `workload(nd, **params)` on the real engine and return its measured Trace (`trace`:
     as for `session`). An exception of the workload, Ctrl-C included, propagates at once."""
     name = check_workload(workload)
     check_params(workload, params)
-    with session(workers, mode, max_inflight, seed, device, trace) as nd:
+    with session(workers, mode, max_inflight, seed, device, trace, engine) as nd:
         backend = nd._backend
         workload(nd, **params)
         backend.drain()  # ops the workload left queued still belong to its run
-    return backend.trace({"workload": name, "params": dict(params), "seed": seed})
+    return backend.trace({"workload": name, "params": dict(params), "seed": seed,
+                          "engine": engine})

@@ -15,6 +15,7 @@ def test_asyncsim_all_is_small_and_importable():
 
 def test_realexec_all_is_small_and_importable():
     """realexec's __all__ is exactly the documented entry points, and each one exists."""
-    assert sorted(realexec.__all__) == ["Engine", "OpError", "calibrate", "run", "session"]
+    assert sorted(realexec.__all__) == ["Engine", "NativeEngine", "OpError", "calibrate", "run",
+                                       "session"]
     for name in realexec.__all__:
         assert getattr(realexec, name) is not None

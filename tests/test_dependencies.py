@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from asyncsim import Profile, predict
 from asyncsim.model.deps import DepTracker
 from asyncsim.model.profile import Cost
+from asyncsim.nd.deps import PRUNE
 
 # -- DepTracker, no time ------------------------------------------------------------------------
 
@@ -101,6 +102,57 @@ def test_same_input_twice_is_consistent():
     assert not deps.push(2, (), (1,))
     assert deps.complete(0) == [1]
     assert deps.complete(1) == [2]
+
+
+def test_a_write_waits_for_every_one_of_many_running_reads():
+    """However many reads of a var are running (far past the point where finished readers are
+    weeded out), a write of it waits for the last of them."""
+    deps = DepTracker()
+    reads = 3 * PRUNE
+    assert all(deps.push(i, (1,), (100 + i,)) for i in range(reads))
+    assert not deps.push(reads, (), (1,))
+    for i in range(reads - 1):
+        assert deps.complete(i) == []
+    assert deps.complete(reads - 1) == [reads]
+
+
+def test_a_var_read_forever_keeps_bounded_bookkeeping():
+    """A var read over and over but never written (a weight at inference) does not keep every
+    finished reader."""
+    deps = DepTracker()
+    for i in range(20 * PRUNE):
+        assert deps.push(i, (1,), (100 + i,))
+        deps.complete(i)
+    assert len(deps._deps.users(1)) <= PRUNE + 1
+
+
+def test_a_var_freed_while_read_still_orders_a_later_write():
+    """Freeing a var whose read is still running forgets nothing yet: a write naming it again
+    waits for that read."""
+    deps = DepTracker()
+    deps.push(0, (), (1,))
+    deps.complete(0)
+    assert deps.push(1, (1,), (2,))
+    deps.forget(1)
+    assert not deps.push(2, (), (1,))
+    assert deps.last_write(1) == 2
+    assert deps.complete(1) == [2]
+
+
+def test_a_freed_var_is_dropped_once_its_ops_finish():
+    """The bookkeeping of a var freed while its ops run goes when the last of them finishes."""
+    deps = DepTracker()
+    deps.push(0, (), (1,))
+    deps.push(1, (1,), (2,))
+    deps.push(2, (1,), (3,))
+    deps.forget(1)
+    assert deps._deps.last_use(1) == 2
+    deps.complete(0)
+    deps.complete(2)
+    assert deps._deps.last_use(1) == 2  # read 1 still runs
+    deps.complete(1)
+    assert deps._deps.last_use(1) is None
+    assert deps._deps.last_use(2) == 1  # vars not freed stay
 
 
 # -- the same rules in simulated time -------------------------------------------------------------

@@ -1,116 +1,83 @@
-"""DepTracker: the simulator's per-var dependency rules (MXNet's ThreadedVar), as pure bookkeeping.
+"""DepTracker: the simulator's readiness bookkeeping over the project's one dependency analysis.
 
-Ops are pushed in issue order with the vars they read and write; each var behaves as a queue:
+Which earlier ops an op waits for (read-after-write, write-after-read, write-after-write; reads
+never wait for reads, ops on different vars never wait) comes from `asyncsim.nd.deps.Deps`, the
+same rules the compiled engine follows. This module only turns those predecessors into readiness:
+each pushed op counts its unfinished predecessors, each op lists the ops waiting for it, and
+completing an op releases those whose count reaches zero.
 
-- read-after-write: a read waits for every earlier write of the var;
-- write-after-read: a write waits for every earlier read (issued since the previous write);
-- write-after-write: a write waits for the previous write;
-- consecutive reads of a var do not wait for each other, and ops on different vars never do.
-
-An op that reads and writes the same var (`x += 1`) counts as a write of it. `push` says whether an
-op may start at once; `complete` says which waiting ops became ready, in issue order. Tokens are
-any ints that grow with issue order (the simulator uses the op's position in the program).
-
-How, in O(1) per var touched: each var remembers its last unfinished write and an *epoch*, the
-count of unfinished reads issued since that write. A write closes the epoch: if reads are still
-running it waits for the epoch to drain (those reads waited for the previous write, so that one is
-done too), else it waits for the previous write directly. Nothing here knows about time or SimPy.
+Ops are pushed in issue order with the vars they read and write. `push` says whether an op may
+start at once; `complete` says which waiting ops became ready, in issue order. Tokens are ints that
+grow with issue order (the simulator uses the op's position in the program). Nothing here knows
+about time or SimPy.
 """
 
 from __future__ import annotations
 
-
-class _Epoch:
-    __slots__ = ("reads", "writer")
-
-    def __init__(self):
-        self.reads = 0  # unfinished reads issued since the var's last write
-        self.writer = None  # the token of a write waiting for those reads
+from asyncsim.nd.deps import Deps
 
 
 class DepTracker:
-    __slots__ = ("_writer", "_epoch", "_waiting", "_after", "_epochs_of", "_writes_of")
+    __slots__ = ("_deps", "_live", "_after", "_blocked", "_forget_after")
 
     def __init__(self):
-        self._writer: dict = {}  # var -> token of its last write, while that write is unfinished
-        self._epoch: dict = {}  # var -> _Epoch of reads since that write
-        self._waiting: dict = {}  # token -> number of things it still waits for
-        self._after: dict = {}  # token of a write -> tokens waiting for it to finish
-        self._epochs_of: dict = {}  # token of a read -> epochs it counts in
-        self._writes_of: dict = {}  # token -> vars it writes
+        live = self._live = {}  # token -> unfinished predecessors, for every unfinished op
+        self._after: dict = {}  # token -> tokens waiting for it to finish
+        self._blocked = 0  # unfinished ops whose count is not zero yet
+        self._forget_after: dict = {}  # token -> freed vars to forget once it finishes
+        # a finished op orders nothing any more, so Deps may drop it from a long reader list
+        self._deps = Deps(finished=lambda token: token not in live)
 
     def push(self, token: int, reads, writes) -> bool:
         """Register an op issued now; True when it may start at once."""
+        live, after = self._live, self._after
+        # counted as unfinished before Deps sees it, else pruning could drop it as a reader
+        live[token] = 0
         waits = 0
-        after = self._after
-        for var in writes:
-            epoch = self._epoch.pop(var, None)
-            if epoch is not None and epoch.reads:
-                epoch.writer = token  # write-after-read
+        # Deps may name a predecessor twice (one op writing two vars this op reads)
+        for pred in set(self._deps.add(token, reads, writes)):
+            if pred in live and pred != token:
+                after.setdefault(pred, []).append(token)
                 waits += 1
-            else:
-                last = self._writer.get(var)
-                if last is not None:  # write-after-write
-                    after.setdefault(last, []).append(token)
-                    waits += 1
-            self._writer[var] = token
-        self._writes_of[token] = writes
-        epochs = None
-        for var in reads:
-            if var in writes:
-                continue
-            last = self._writer.get(var)
-            if last is not None:  # read-after-write
-                after.setdefault(last, []).append(token)
-                waits += 1
-            epoch = self._epoch.get(var)
-            if epoch is None:
-                epoch = self._epoch[var] = _Epoch()
-            epoch.reads += 1
-            if epochs is None:
-                epochs = self._epochs_of[token] = []
-            epochs.append(epoch)
         if waits:
-            self._waiting[token] = waits
+            live[token] = waits
+            self._blocked += 1
             return False
         return True
 
     def complete(self, token: int) -> list[int]:
         """The op `token` finished; the ops that became ready, in issue order."""
+        live = self._live
+        del live[token]
         ready = []
-        waiting = self._waiting
-        # the ops this one held up: writes after it, and a write waiting for its epoch to drain
-        unblocked = list(self._after.pop(token, ()))
-        for epoch in self._epochs_of.pop(token, ()):
-            epoch.reads -= 1
-            if not epoch.reads and epoch.writer is not None:
-                unblocked.append(epoch.writer)
-        for other in unblocked:
-            left = waiting[other] - 1
-            if left:
-                waiting[other] = left
-            else:
-                del waiting[other]
+        for other in self._after.pop(token, ()):
+            left = live[other] - 1
+            live[other] = left
+            if not left:
                 ready.append(other)
-        writer = self._writer
-        for var in self._writes_of.pop(token):
-            if writer.get(var) == token:
-                del writer[var]
-        if len(ready) > 1:
-            ready.sort()
+        self._blocked -= len(ready)
+        for var in self._forget_after.pop(token, ()):
+            self.forget(var)
+        ready.sort()
         return ready
 
     def last_write(self, var):
         """The token of the var's last unfinished write, or None: what a wait_to_read waits for
         (writes of one var finish in order, so the last one finishing means all have)."""
-        return self._writer.get(var)
+        token = self._deps.last_write(var)
+        return token if token in self._live else None
 
     def forget(self, var) -> None:
-        """Drop the bookkeeping of a var that nothing touches any more (it was freed)."""
-        epoch = self._epoch.get(var)
-        if epoch is not None and not epoch.reads:
-            del self._epoch[var]
+        """Drop the bookkeeping of a var that was freed. While ops on it are unfinished its
+        entry must stay (a later write would otherwise not wait for them), so it is dropped
+        when they have all finished."""
+        # every op on the var is an ancestor of its users, so their finishing means all did
+        pending = [t for t in self._deps.users(var) if t in self._live]
+        if pending:
+            self._forget_after.setdefault(pending[0], []).append(var)
+        else:
+            self._deps.forget(var)
 
     def waiting(self) -> int:
         """How many pushed ops are not ready yet."""
-        return len(self._waiting)
+        return self._blocked

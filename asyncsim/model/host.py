@@ -52,6 +52,10 @@ what the book's closed forms assume. With a Host:
   other crowding kernel running at that moment stretches its bytes time by `crowd` (two cores
   sharing one memory system; fixed at its start, which is exact for kernels that start together
   and cheap to simulate). Compute-bound kernels (crowd 0) neither stretch nor count.
+- compiled workers (`profile.native`, realexec's default engine): an op of `ops.COMPILED` that
+  does not broadcast is run and completed by compiled code, so it neither takes nor waits for
+  the GIL and pays no `gil`, `release` or `recheck`; a worker back from a Python op lets the GIL
+  go before it. Other ops (products, convolutions, reductions) come back to Python as before.
 NaiveEngine (`mode='sync'`) runs each op inside its issuing call: no wake-ups, no GIL contest;
 the call returns after the op's `gil` (its completion).
 
@@ -64,6 +68,7 @@ from __future__ import annotations
 import random
 from collections import deque
 
+from asyncsim.nd.ops import COMPILED
 from asyncsim.nd.trace import Span
 
 
@@ -237,6 +242,8 @@ class Host:
         self.recheck = 0.0 if sync else profile.recheck
         self.blocked = None  # the event the frontend's blocker waits for, while it waits
         self.parts: list[tuple[float, float, float, float]] = []  # position -> split cost
+        self.native = bool(profile.native) and not sync
+        self.compiled: list[bool] = []  # position -> run by a compiled worker, without the GIL
         self.queues: dict[str, WakeQueue] = {}  # per CPU device: cpu(0), cpu(1), ...
         self.queue = self.queue_for("cpu")
 
@@ -251,15 +258,18 @@ class Host:
         """Wake-ups of idle workers so far, on every CPU device."""
         return sum(q.wakes for q in self.queues.values())
 
-    def prepare(self, op, cost, link: bool) -> None:
+    def prepare(self, op, cost, link: bool, broadcast: bool = False) -> None:
         """Split the op's lane cost: (latency with the GIL, bytes time, flops time (without the
-        GIL, and not stretched by crowding), crowd)."""
+        GIL, and not stretched by crowding), crowd), and note whether a compiled worker runs
+        it without the GIL (`Profile.native`)."""
         if link:
             self.parts.append((cost.latency, cost.bytes_time(op.nbytes / 2), 0.0, 0.0))
+            self.compiled.append(False)
             return
         by_bytes = cost.bytes_time(op.nbytes) if op.nbytes else 0.0
         by_flops = op.flops / cost.peak if op.flops else 0.0
         self.parts.append((cost.latency, by_bytes, by_flops, cost.crowd if by_bytes else 0.0))
+        self.compiled.append(self.native and op.name in COMPILED and not broadcast)
 
     # -- the frontend's waits -------------------------------------------------------------------
     def frontend_waits(self, event) -> None:
@@ -326,14 +336,19 @@ class Host:
                 if turn is not None:
                     yield turn
                 core = True
-            if gil is not None:  # held already after the last op, unless asked to drop it
-                turn = gil.take(lane)
+            if gil is not None and items and not self.compiled[items[0]]:
+                turn = gil.take(lane)  # held already after the last op, unless asked to drop it
                 if turn is not None:
                     yield turn
             if not items:  # read with the GIL and on a core: another worker emptied it meanwhile
                 continue
             position = items.popleft()
             latency, by_bytes, by_flops, crowd = parts[position]
+            if self.compiled[position]:
+                if gil is not None:  # back in the compiled loop: no GIL
+                    gil.release(lane)
+                yield from self._compiled(lane, position, latency + by_bytes + by_flops, crowd)
+                continue
             start = env.now
             if latency:  # the call into the kernel, with the GIL
                 yield timeout(latency)
@@ -366,3 +381,24 @@ class Host:
                 after += self.recheck  # a blocked frontend tests its condition meanwhile
             if after:
                 yield timeout(after)
+
+    def _compiled(self, lane: str, position: int, seconds: float, crowd: float):
+        """A compiled worker runs op `position`: its kernel, then its completion, no GIL; it
+        pays only for the idle workers it wakes (a futex wake each)."""
+        model, env = self.model, self.env
+        start = env.now
+        if crowd:
+            latency, by_bytes, by_flops, _ = self.parts[position]
+            seconds = latency + by_bytes * (1.0 + crowd * self.crowding) + by_flops
+            self.crowding += 1
+            yield env.timeout(seconds)
+            self.crowding -= 1
+        else:
+            yield env.timeout(seconds)
+        op = model.ops[position]
+        model.spans.append(Span(lane, op.name, op.id, start, env.now, model.kinds[position]))
+        wakes = self.wakes
+        model._finish(position, op)
+        after = (self.wakes - wakes) * self.wake
+        if after:
+            yield env.timeout(after)

@@ -162,7 +162,7 @@ class FrontendProcess:
         self.in_order.append(not any(queue is q for q in self.cpu_queues))
         self.queue_of.append(queue)
         if self.host is not None:
-            self.host.prepare(op, lane_cost, link)
+            self.host.prepare(op, lane_cost, link, broadcast)
         cost = self.profile.t1 if issue_cost is None else issue_cost.time(op.nbytes, op.flops)
         if device_kind(op.device) == "gpu":
             cost += self.profile.gpu_issue

@@ -83,7 +83,7 @@ _SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int,
             "free": float, "dispatch": float, "wake": float, "gil": float, "release": float,
             "switch": float, "spin": float, "recheck": float, "startup": float,
             "handover": float, "gpu_issue": float, "gpu_wait": float, "gpu_settle": float,
-            "pageable": int, "rss_keep": float}
+            "pageable": int, "rss_keep": float, "native": int}
 _MINIMUM = {"workers": 1, "cores": 1, "gpus": 0}
 
 
@@ -118,6 +118,10 @@ class Profile:
     # bytes of freed buffers the process's allocator keeps resident for reuse (0: every freed
     # buffer goes back to the system); `asyncsim.model.rss` predicts resident memory with it
     rss_keep: float = 0.0
+    # 1: CPU workers are compiled (realexec's default engine): an op of `ops.COMPILED` that does
+    # not broadcast runs and completes without the GIL, and its worker's Python costs (`gil`,
+    # `release`, `recheck`) are not paid; other ops still come back to Python and pay them
+    native: int = 0
     meta: dict = field(default_factory=dict)
 
     def __post_init__(self):

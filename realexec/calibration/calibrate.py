@@ -96,7 +96,7 @@ from realexec.calibration.microbench import BackgroundLoad  # noqa: F401 -- re-e
 from realexec.engine.core import Engine, default_workers
 from realexec.frontend import machine
 
-VERSION = 9  # bump when what is measured changes: older cache files are then ignored
+VERSION = 10  # bump when what is measured changes: older cache files are then ignored
 
 
 def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
@@ -157,6 +157,7 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
                    switch=sys.getswitchinterval(), spin=_engine_spin(),
                    recheck=raw["blocked"]["recheck"], startup=fresh["startup"],
                    handover=raw.get("handover", {}).get("handover", 0.0),
+                   native=int(meta.get("engine", "native") == "native"),
                    meta=json.loads(json.dumps({**meta, "measurements": raw})))  # as saved
 
 
@@ -262,7 +263,7 @@ def calibrate(workers: int | None = None, quick: bool = False, cache: bool = Tru
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "versions": _versions(), "workers": workers, "quick": quick,
             "settings": asdict(settings), "calibration_version": VERSION,
-            "code": _code_digest()}
+            "code": _code_digest(), "engine": "native"}  # what `session` runs by default
     profile = _profile(platform.node() or "here", workers, raw, meta)
     if gpu:
         from realexec.calibration.gpu import with_gpu

@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import os
 import threading
-import warnings
 from queue import SimpleQueue
 from time import perf_counter, perf_counter_ns
 
@@ -80,6 +79,18 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
+def settings(workers, mode: str, max_inflight) -> int:
+    """The worker count an engine gets; ValueError, naming it, for a setting out of range."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if max_inflight is not None and max_inflight < 1:
+        raise ValueError(f"max_inflight must be at least 1, got {max_inflight}")
+    count = default_workers() if workers is None else int(workers)
+    if count < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    return count
+
+
 class Lane:
     """A ready queue and the worker threads that drain it; `labels` name their trace lanes."""
 
@@ -94,19 +105,13 @@ class Lane:
         self.threads: list[threading.Thread] = []
 
 
-class Engine:
+class Engine(shutdown.Ending):
     """Vars, pushes, ready queues and workers. Use as a context manager, or call `close()`."""
 
     def __init__(self, workers: int | None = None, mode: str = "async",
                  max_inflight: int | None = None, spin_s: float = 2e-3,
                  trace: bool | int = True):
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        if max_inflight is not None and max_inflight < 1:
-            raise ValueError(f"max_inflight must be at least 1, got {max_inflight}")
-        self.workers = default_workers() if workers is None else int(workers)
-        if self.workers < 1:
-            raise ValueError(f"workers must be at least 1, got {workers}")
+        self.workers = settings(workers, mode, max_inflight)
         self.mode, self.max_inflight = mode, max_inflight
         self._sync = mode == "sync"
         self._spin_ns = int(spin_s * 1e9)
@@ -379,15 +384,6 @@ class Engine:
         spans.sort(key=lambda s: s.start)
         return spans
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    @property
-    def stopped(self) -> bool:
-        """Ops pushed here will never run: the engine was cancelled, or forked away from."""
-        return self._stopped is not None
-
     def close(self, cancel: bool = False) -> None:
         """Let pending ops finish, stop the workers and join them. With `cancel`, or once a
         Ctrl-C has left one of this engine's blockers, drop the ops not yet started instead, and
@@ -427,15 +423,6 @@ class Engine:
                     t.join(max(0.0, deadline - perf_counter()) if cancel else None)
         self._warn_unreported()
 
-    def _warn_unreported(self) -> None:
-        with self._lock:
-            failures, self._failures = self._failures, []
-        unseen = [f for f in failures if id(f) not in self._observed]
-        if unseen:
-            first = OpError.of(unseen[0], len(unseen) - 1)
-            warnings.warn(f"realexec: a failure no blocker reported, dropped at close: {first}",
-                          RuntimeWarning, stacklevel=4)
-
     def _orphan(self, why: str) -> None:
         """In a forked child: this engine's workers stayed in the parent. Refuse everything with
         `why`; fresh locks (the parent's threads may have held these at the fork)."""
@@ -445,12 +432,6 @@ class Engine:
         self._closed, self._stopped, self._forked = True, why, True
         for lane in self.lanes.values():
             lane.threads, lane.queue = [], SimpleQueue()
-
-    def __enter__(self) -> Engine:
-        return self
-
-    def __exit__(self, exc_type, *exc) -> None:
-        self.close(cancel=exc_type is not None)  # an error leaves at once, not after the queue
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{self.pending} pending"

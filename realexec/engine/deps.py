@@ -56,7 +56,7 @@ class Var:
     """One engine variable: a unit of data whose readers and writers are ordered."""
 
     __slots__ = ("name", "running_reads", "writing", "queue", "writes_pushed", "writes_done",
-                 "failure", "data", "on_idle", "on_idle_args")
+                 "failure", "data", "on_idle", "on_idle_args", "ptr")
 
     def __init__(self, name: str = "", data=None):
         self.name = name
@@ -69,6 +69,7 @@ class Var:
         self.writes_done = 0
         self.failure: Failure | None = None
         self.data = data  # the payload the engine's user attaches (a buffer); unused here
+        self.ptr = 0  # its address, once the compiled engine has asked (0: not yet)
         self.on_idle = None  # the var's deletion, called as on_idle(*on_idle_args) when idle
         self.on_idle_args: tuple = ()
 

@@ -24,6 +24,7 @@ import contextlib
 import os
 import sys
 import threading
+import warnings
 import weakref
 from collections import deque
 
@@ -57,6 +58,38 @@ def trace_log(trace: bool | int):
     if isinstance(trace, int) and trace >= 0:
         return deque(maxlen=trace)
     raise ValueError(f"trace must be True, False or a number of spans to keep, got {trace!r}")
+
+
+class Ending:
+    """What both engines share about ending: `closed`, `stopped`, the context manager, and the
+    warning for failures no blocker reported (the engine has `_closed`, `_stopped`, `_lock`,
+    `_failures`, `_observed` and `close`)."""
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def stopped(self) -> bool:
+        """Ops pushed here will never run: the engine was cancelled, or forked away from."""
+        return self._stopped is not None
+
+    def _warn_unreported(self) -> None:
+        from realexec.engine.deps import OpError
+
+        with self._lock:
+            failures, self._failures = self._failures, []
+        unseen = [f for f in failures if id(f) not in self._observed]
+        if unseen:
+            first = OpError.of(unseen[0], len(unseen) - 1)
+            warnings.warn(f"realexec: a failure no blocker reported, dropped at close: {first}",
+                          RuntimeWarning, stacklevel=4)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(cancel=exc_type is not None)  # an error leaves at once, not after the queue
 
 
 def close_open_engines() -> None:

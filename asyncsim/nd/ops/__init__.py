@@ -39,6 +39,12 @@ SAME_SHAPE = frozenset(d.name for d in OPS.values()
 # Binary ops whose operands may differ in shape (numpy's broadcasting): priced as such.
 BROADCASTING = frozenset({"add", "sub", "mul", "div", "equal"})
 
+# Ops a compiled CPU worker runs without the interpreter (`realexec.cpu.worker`), unless they
+# broadcast: elementwise loops over flat buffers. The model's native workers hold no GIL for them.
+COMPILED = frozenset({"add", "sub", "mul", "div", "copy", "copyto", "add_scalar", "sub_scalar",
+                      "rsub_scalar", "mul_scalar", "div_scalar", "rdiv_scalar", "relu", "ones",
+                      "zeros", "full"})
+
 # The largest array the frontend accepts: its bytes must fit numpy's index type.
 MAX_BYTES = 2**62
 
@@ -92,6 +98,6 @@ def flops(name: str, shapes: tuple[Shape, ...], out: Shape) -> float:
     return OPS[name].flops(shapes, out)
 
 
-__all__ = ["BROADCASTING", "DTYPES", "INPLACE", "ITEMSIZE", "MAX_BYTES", "OPS", "SAME_SHAPE",
-           "OpDef", "Shape", "ShapeError", "broadcast", "broadcasts", "check_dtype", "flops",
-           "infer", "nbytes"]
+__all__ = ["BROADCASTING", "COMPILED", "DTYPES", "INPLACE", "ITEMSIZE", "MAX_BYTES", "OPS",
+           "SAME_SHAPE", "OpDef", "Shape", "ShapeError", "broadcast", "broadcasts", "check_dtype",
+           "flops", "infer", "nbytes"]

@@ -1,0 +1,96 @@
+"""Which earlier ops an op must wait for: MXNet's ThreadedVar rules, a pure function of program
+order.
+
+Both halves order ops with this one analysis: the simulator (`asyncsim.model.deps`) and the
+compiled engine (`realexec.engine.native`). Ops are numbered by *tokens* that grow with program
+order; each names the vars it reads and writes (any hashable objects). `Deps.add(token, reads,
+writes)` returns the tokens of its predecessors:
+
+- read-after-write: a read waits for the var's last write;
+- write-after-read: a write waits for every read of the var since its last write;
+- write-after-write: a write with no read since the last write waits for that write;
+- consecutive reads never wait for each other, and ops on different vars never do.
+
+Transitivity does the rest: each read since the last write waited for that write, so a write
+that waits for those reads waits for every earlier op on the var. An op that reads and writes a
+var (`x += 1`) counts as a write of it. Tokens may repeat in the answer (an op reading two vars
+written by one op); a consumer counts each, which is harmless.
+
+Bounded memory: a var read over and over but never written (a weight at inference) would keep
+every reader's token. `finished(token)`, when given, says an op is done: a reader list past
+`PRUNE` entries drops the finished ones (a finished predecessor orders nothing; the op being
+added is kept whatever `finished` says of it), so it stays about as long as the ops still
+running on it. No threads, no time: unit-tested on its own.
+"""
+
+from __future__ import annotations
+
+__all__ = ["Deps"]
+
+PRUNE = 64  # a reader list this long is weeded of finished tokens
+
+
+class Deps:
+    """Per var: the token of its last write and the tokens of the reads since."""
+
+    __slots__ = ("writer", "readers", "finished")
+
+    def __init__(self, finished=None):
+        self.writer: dict = {}  # var -> token of its last write
+        self.readers: dict = {}  # var -> [tokens of the reads since that write]
+        self.finished = finished  # token -> bool, or None (never prune)
+
+    def add(self, token: int, reads, writes) -> list[int]:
+        """Register op `token` (larger than every token added before) and return the tokens it
+        must wait for."""
+        preds: list[int] = []
+        writer, readers = self.writer, self.readers
+        for v in reads:
+            if v in writes:
+                continue  # a write covers the read
+            w = writer.get(v)
+            if w is not None:
+                preds.append(w)
+            rs = readers.get(v)
+            if rs is None:
+                readers[v] = [token]
+            else:
+                rs.append(token)
+                if len(rs) > PRUNE and self.finished is not None:
+                    done = self.finished
+                    rs[:] = [t for t in rs if t == token or not done(t)]
+        for v in writes:
+            rs = readers.pop(v, None)
+            if rs:
+                preds.extend(rs)  # each of them waited for the last write
+            else:
+                w = writer.get(v)
+                if w is not None and w != token:  # != token: a var written twice by one op
+                    preds.append(w)
+            writer[v] = token
+        return preds
+
+    def last_write(self, var):
+        """The token of the var's last write, or None: what a wait_to_read waits for."""
+        return self.writer.get(var)
+
+    def last_use(self, var):
+        """The largest token that touches `var`, or None: once it and every op before it are
+        done, nothing will touch the var again unless a later op names it."""
+        rs = self.readers.get(var)
+        if rs:
+            return rs[-1]
+        return self.writer.get(var)
+
+    def users(self, var) -> list[int]:
+        """The tokens a write of `var` pushed now would wait for (its deletion waits for them)."""
+        rs = self.readers.get(var)
+        if rs:
+            return list(rs)
+        w = self.writer.get(var)
+        return [] if w is None else [w]
+
+    def forget(self, var) -> None:
+        """Drop a var that no op will name again (it was freed)."""
+        self.writer.pop(var, None)
+        self.readers.pop(var, None)

@@ -1,0 +1,144 @@
+"""The compiled CPU worker: a loop that takes ready ops from the engine's table and runs their
+kernels without the GIL, and the table of ops it can run that way.
+
+`work(state, lane, worker)` is entered from a worker thread (`realexec.engine.native`) and
+returns only to hand an op to Python: one whose kernel is Python (kind `PYTHON`: any op the table
+below does not cover, or a GPU lane's op), or one whose predecessor failed. Python runs it,
+completes it and calls `work` again. -1 means the engine stopped.
+
+The ops run here are the elementwise ones, over their flat buffers (addresses in the op record,
+so no Python object is touched): `SCALAR` ops are `loops.scalar_flat(code, a, scalar, out)`
+(x + 1, relu, fills), `BINARY` ops `loops.binary_flat(code, a, b, out)` (x + y of one shape,
+copies). `native_op(name, attrs, shapes)` says how an op of `asyncsim.nd.ops` is encoded, or
+None when it is not run here (broadcasting, reductions, products, convolutions: ops long enough
+that a GIL round per op costs little against the kernel). Dtypes: float32 (0), float64 (1).
+
+Spans: the worker stamps each op's start and end (`atomics.now_ns`) and its index into the
+op record; the engine turns them into "exec" spans.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import carray, njit
+
+from asyncsim.nd.ops import COMPILED
+from realexec.cpu.loops import (
+    ADD,
+    COPY,
+    DIV,
+    FILL,
+    MAX,
+    MUL,
+    RDIV,
+    RSUB,
+    SUB,
+    binary_flat,
+    scalar_flat,
+)
+from realexec.engine import table as t
+from realexec.engine.atomics import load, now_ns, pointer
+
+PYTHON, SCALAR, BINARY = 0, 1, 2
+DTYPES = {np.dtype("float32"): 0, np.dtype("float64"): 1}
+
+_SCALAR_OPS = {"add_scalar": ADD, "sub_scalar": SUB, "rsub_scalar": RSUB, "mul_scalar": MUL,
+               "div_scalar": DIV, "rdiv_scalar": RDIV}
+_BINARY_OPS = {"add": ADD, "sub": SUB, "mul": MUL, "div": DIV, "copy": COPY, "copyto": COPY}
+_FILLS = {"ones": 1.0, "zeros": 0.0}
+
+
+assert {*_SCALAR_OPS, *_BINARY_OPS, *_FILLS, "relu", "full"} == COMPILED, COMPILED
+
+
+def native_op(name: str, attrs: dict, shapes) -> tuple[int, int, float] | None:
+    """(kind, code, scalar) of an op this worker runs itself, or None. `shapes`: the inputs'."""
+    code = _SCALAR_OPS.get(name)
+    if code is not None:
+        return SCALAR, code, float(attrs["scalar"])
+    code = _BINARY_OPS.get(name)
+    if code is not None:
+        if name == "copyto" or len(shapes) == 1 or shapes[0] == shapes[1]:
+            return BINARY, code, 0.0
+        return None  # broadcasting: the strided kernel, in Python
+    if name == "relu":
+        return SCALAR, MAX, 0.0
+    value = _FILLS.get(name)
+    if value is not None:
+        return SCALAR, FILL, value
+    if name == "full":
+        return SCALAR, FILL, float(attrs["value"])
+    return None
+
+
+@njit(nogil=True, cache=True)
+def address(flat):
+    """The address of a 1-d array's first item (a compiled call: numpy's own costs ~1 us)."""
+    return flat.ctypes.data
+
+
+@njit(nogil=True, cache=True)
+def _run_typed(kind, code, n, a, b, out, scalar, dtype):
+    x = carray(pointer(a), n, dtype)
+    y = carray(pointer(out), n, dtype)
+    if kind == SCALAR:
+        scalar_flat(code, x, scalar, y)
+    else:
+        binary_flat(code, x, carray(pointer(b), n, dtype), y)
+
+
+@njit(nogil=True, cache=True)
+def run_native(kind, code, dtype, n, a, b, out, scalar):
+    """Run one native op over raw addresses (a fill reads `a` = `out`)."""
+    if dtype == 0:
+        _run_typed(kind, code, n, a, b, out, scalar, np.float32)
+    else:
+        _run_typed(kind, code, n, a, b, out, scalar, np.float64)
+
+
+@njit(nogil=True, cache=True)
+def work(s, lane, worker):
+    """Run the lane's ready native ops until one needs Python (its slot) or the engine stops
+    (-1). `worker`: this thread's index, stamped on the ops it runs."""
+    idle_since = now_ns()
+    while True:
+        if load(s, t.H_STOP):
+            return -1
+        slot = t.pop(s, lane)
+        if slot < 0:
+            t.idle(s, lane, idle_since)
+            continue
+        base = t.at(slot, 0)
+        kind = s[base + t.F_KIND]
+        if kind == PYTHON or s[base + t.F_FAILED] != 0:
+            return slot
+        s[base + t.F_START] = now_ns()
+        run_native(kind, s[base + t.F_CODE], s[base + t.F_DTYPE], s[base + t.F_N],
+                   s[base + t.F_A], s[base + t.F_B], s[base + t.F_OUT],
+                   s.view(np.float64)[base + t.F_SCALAR])
+        s[base + t.F_END] = now_ns()
+        s[base + t.F_WORKER] = worker
+        t.complete(s, slot, 0)
+        idle_since = now_ns()
+
+
+def warm_native() -> None:
+    """Compile (or load from numba's cache) the worker loop and the table's functions, by
+    running one op of each kind through a small table."""
+    buf, s = t.new_state(16, 0)
+    for dtype, code in DTYPES.items():  # dtype objects: `.name` costs a microsecond
+        x = np.ones(4, dtype)
+        a = address(x)
+        for slot, kind in enumerate((SCALAR, BINARY, PYTHON)):
+            t.push(s, slot, slot, 0, kind, ADD, code, 4, a, a, a, 1.0, 0, slot - 1, -1, -1,
+                   np.empty(0, np.int64))
+        slot = work(s, 0, 0)  # runs the two native ops, hands the Python one back
+        t.complete(s, slot, 0)
+        t.wait(s, 1, 3, 0, 0)
+        t.wait(s, 0, 2, 0, 0)
+        buf[t.H_STOP] = 1
+        work(s, 0, 0)
+        t.wake_all(s, 1)
+        buf, s = t.new_state(16, 0)
+    buf[t.H_STOP] = 1  # so the idle wait returns at once
+    t.idle(s, 0, 0)

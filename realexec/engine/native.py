@@ -1,0 +1,446 @@
+"""The compiled engine: workers that never take the GIL per op, behind the same API as `Engine`.
+
+The frontend (Python, t1) orders each op with `asyncsim.nd.deps.Deps`, the analysis the
+simulator uses, and makes one compiled call (`table.push`) that records the op in a shared
+table and queues it once its predecessors are done. Each worker thread enters the compiled loop
+`realexec.cpu.worker.work` for its life: it takes ready ops from its lane's queue, runs the
+elementwise kernels itself (no Python object touched), stamps start and end, completes the op
+(dependents become ready, on any lane) and wakes a blocker only when one sleeps. An op the loop
+cannot run (a Python kernel: products, convolutions, a GPU lane's launch; or an op whose
+predecessor failed) comes back to the thread's Python code, which runs it with the GIL and goes
+back in. So small elementwise ops overlap each other and the frontend, as the chapters assume.
+
+Kept from `Engine` (`realexec.engine.core`), so either serves `realexec.session`: lanes
+(`add_lane`, GPU lanes are Python ops), `mode='sync'` (each op runs inside its push),
+`max_inflight`, the blockers, errors (a failing op poisons the vars it writes, and so do the
+ops after it, in Python; `OpError` at the next blocker on a poisoned var and at `wait_all`),
+`delete_var`, the trace, Ctrl-C, close, cancel, interpreter exit and fork (`shutdown`).
+
+Differences, and why:
+- a var's deletion runs on the frontend thread, at its next push or blocker once every op up to
+  the var's last user is done (the table's low-water mark): the pool is Python, and the
+  workers never take the GIL. Memory therefore comes back a few ops late, never early;
+- a var's last-write token is the analysis's, so `Var` needs no queues; the var objects are
+  `realexec.engine.deps.Var` (their `failure` and `data`), or anything hashable;
+- spans of native ops are read out of the table in blocks (`_harvest`), at pushes and when the
+  log is read: the table holds `cap` ops, and a push that would reuse a slot whose op is
+  unfinished waits for it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from time import perf_counter_ns
+
+import numpy as np
+
+from asyncsim.nd.deps import Deps
+from asyncsim.nd.trace import Span
+from realexec.cpu.worker import PYTHON, run_native, work
+from realexec.engine import shutdown
+from realexec.engine import table as t
+from realexec.engine.core import FRONTEND, Lane, settings
+from realexec.engine.deps import Failure, OpError, Var
+from realexec.engine.shutdown import JOIN_S, EngineStopped
+
+_POLL_NS = 50_000_000  # a sleeping blocker returns to Python this often (Ctrl-C gets in)
+_NONE = np.empty(0, np.int64)
+_BLOCK = 256  # spans are read out of the table this many ops at a time
+
+
+class NativeEngine(shutdown.Ending):
+    """Vars, pushes, a compiled op table and worker lanes. A context manager, or `close()`."""
+
+    def __init__(self, workers: int | None = None, mode: str = "async",
+                 max_inflight: int | None = None, spin_s: float = 2e-3,
+                 trace: bool | int = True, capacity: int = 1 << 12):
+        self.workers = settings(workers, mode, max_inflight)
+        self.mode, self.max_inflight = mode, max_inflight
+        self._sync = mode == "sync"
+        self._spin_ns = int(spin_s * 1e9)
+        if capacity < 2 or capacity & (capacity - 1):
+            raise ValueError(f"capacity must be a power of two, at least 2, got {capacity}")
+        self.cap = capacity
+        self._harvest_every = min(2 * _BLOCK, capacity // 2)
+        self._buf, self.state = t.new_state(capacity, 50_000)
+        self._deps = Deps(finished=_finished_in(self._buf, self.state))  # no cycle to self
+        self._ops: list = [None] * capacity  # per slot: (name, op_id, reads, writes, fn, args)
+        self._next = 0  # the next op's token
+        self._harvested = 0  # ops below this token have been read out of the table
+        self._frees: deque = deque()  # (last token, fn, args), in order of deletion
+        self._failures: list[Failure] = []
+        self._observed: set[int] = set()
+        self._tainted = False  # a var is poisoned: pushes look for inherited failures
+        self._closed = False
+        self._stopped: str | None = None
+        self._interrupted = False
+        self._forked = False
+        self._asleep = 0
+        self._lock = threading.RLock()  # failures, the Python-side records of failed ops
+        self.lanes: dict[str, Lane] = {}
+        self._lane_index: dict[str, int] = {}
+        self._labels: list[str] = []  # a native span's lane, by the worker index it stamps
+        # spans as (lane, kind, name, op_id, start_ns, end_ns), in no set order: the
+        # frontend's and Python ops' as they happen, native ops' once read out (`flush`)
+        self.log = shutdown.trace_log(trace)
+        self._log = self.log
+        self._trace = trace
+        self.origin_ns = perf_counter_ns()
+        self.add_lane("cpu", self.workers)
+        shutdown.register(self)
+
+    # -- lanes ---------------------------------------------------------------------------------
+    def add_lane(self, name: str, workers: int = 1, kind: str = "exec", labels=None,
+                 log: bool = True, thread_context=None) -> Lane:
+        """As `Engine.add_lane`; a lane's threads run the compiled loop."""
+        if name in self.lanes:
+            raise ValueError(f"lane {name!r} exists")
+        if len(self.lanes) >= t.MAX_LANES:
+            raise ValueError(f"at most {t.MAX_LANES} lanes")
+        lane = Lane(name, workers, kind, labels, log)
+        self._lane_index[name] = len(self.lanes)
+        self.lanes[name] = lane
+        if not self._sync:
+            for label in lane.labels:
+                self._labels.append(label)
+                th = threading.Thread(target=self._work, daemon=True, name=f"realexec-{label}",
+                                      args=(lane, label, len(self._labels) - 1, thread_context))
+                lane.threads.append(th)
+                th.start()
+        else:
+            self._labels.append(lane.labels[0] if lane.labels else name)
+        return lane
+
+    def new_var(self, name: str = "", data=None) -> Var:
+        return Var(name, data)
+
+    # -- pushes --------------------------------------------------------------------------------
+    def push(self, fn, reads=(), writes=(), lane: str = "cpu", name: str = "op", args=(),
+             op_id: int = -1, t_issue: int | None = None) -> None:
+        """Queue `fn(*args)` (run by a worker, with the GIL) after the ops on its vars."""
+        self._push(PYTHON, 0, 0, 0, 0, 0, 0, 0.0, fn, args, reads, writes, lane, name, op_id,
+                   t_issue)
+
+    def push_native(self, kind, code, dtype, n, a, b, out, scalar, reads, writes,
+                    lane="cpu", name="op", op_id=-1, t_issue=None) -> None:
+        """Queue an op that the compiled worker runs itself (`realexec.cpu.worker`): buffers
+        are addresses of `n` items of `dtype`, and must stay alive until the op is done (the
+        pool keeps them until the vars' deletions run)."""
+        self._push(kind, code, dtype, n, a, b, out, scalar, None, (), reads, writes, lane, name,
+                   op_id, t_issue)
+
+    def _push(self, kind, code, dtype, n, a, b, out, scalar, fn, args, reads, writes, lane,
+              name, op_id, t_issue):
+        if self._closed:
+            raise EngineStopped(f"{name}: {self._stopped or 'the engine is closed'}")
+        if t_issue is None:
+            t_issue = perf_counter_ns()
+        token = self._next
+        if self.max_inflight is not None and token - self._buf[t.H_DONE] >= self.max_inflight:
+            self.throttle(name, op_id)
+        if token - self._harvested >= self._harvest_every and not self._sync:
+            self._harvest(token)
+        if self._frees and self._frees[0][0] < self._buf[t.H_LOW]:
+            self._run_frees()
+        failed = 0
+        if self._tainted and self._inherited(reads, writes) is not None:
+            failed = t.FAILED_INHERITED
+        self._next = token + 1
+        slot = token & (self.cap - 1)
+        self._ops[slot] = (name, op_id, reads, writes, fn, args)
+        if self._sync:
+            self._run_sync(kind, code, dtype, n, a, b, out, scalar, slot, failed, t_issue)
+            return
+        preds = self._deps.add(token, reads, writes)
+        np_ = len(preds)
+        p0 = preds[0] if np_ > 0 else -1
+        p1 = preds[1] if np_ > 1 else -1
+        p2 = preds[2] if np_ > 2 else -1
+        more = np.array(preds[3:], np.int64) if np_ > 3 else _NONE
+        t.push(self.state, slot, token, self._lane_index[lane], kind, code, dtype, n, a, b, out,
+               scalar, failed, p0, p1, p2, more)
+        self._log.append((FRONTEND, "issue", name, op_id, t_issue, perf_counter_ns()))
+
+    def _run_sync(self, kind, code, dtype, n, a, b, out, scalar, slot, failed, t_issue):
+        # NaiveEngine: the op runs inside its push, shown on the lane's first worker, and a
+        # frontend "wait" named after the op covers it (as asyncsim.simulate draws sync mode)
+        name, op_id = self._ops[slot][:2]
+        start = perf_counter_ns()
+        self._log.append((FRONTEND, "issue", name, op_id, t_issue, start))
+        try:
+            if failed:
+                self._fail_python(slot, inherited=True)
+            elif kind == PYTHON:
+                self._run_python(slot, self._labels[0], log=True)
+            else:
+                run_native(kind, code, dtype, n, a, b, out, scalar)
+                self._log.append((self._labels[0], "exec", name, op_id, start, perf_counter_ns()))
+        finally:
+            self._ops[slot] = None
+            self._buf[t.H_DONE] += 1
+            self._buf[t.H_LOW] = self._next
+            self._log.append((FRONTEND, "wait", name, op_id, start, perf_counter_ns()))
+
+    def throttle(self, name: str = "op", op_id: int = -1) -> None:
+        """Block while `max_inflight` ops are pending (a "wait" span named "max_inflight")."""
+        cap = self.max_inflight
+        if cap is None or self._next - self._buf[t.H_DONE] < cap:
+            return
+        start = perf_counter_ns()
+        self._wait(1, self._next - cap + 1)
+        self._log.append((FRONTEND, "wait", "max_inflight", op_id, start, perf_counter_ns()))
+
+    def delete_var(self, var, fn=None, args=()) -> None:
+        """Call `fn(*args)` (give the var's memory back) once every op on `var` is done."""
+        last = self._deps.last_use(var)
+        self._deps.forget(var)
+        if fn is None:
+            return
+        if self._closed or last is None or last < self._buf[t.H_LOW]:
+            fn(*args)
+        else:
+            self._frees.append((last, fn, args))
+
+    def _run_frees(self, every: bool = False) -> None:
+        low, frees = self._buf[t.H_LOW], self._frees
+        while frees and (every or frees[0][0] < low):
+            _, fn, args = frees.popleft()
+            try:
+                fn(*args)
+            except BaseException as exc:  # reported by wait_all, as a kernel's error would be
+                with self._lock:
+                    self._failures.append(Failure("free", -1, exc))
+
+    # -- blockers ------------------------------------------------------------------------------
+    def wait_for_var(self, var) -> None:
+        """Return when every write pushed on `var` so far has finished; OpError if poisoned."""
+        if self._forked:
+            raise EngineStopped(self._stopped)
+        token = self._deps.last_write(var)
+        if token is not None and token >= self._buf[t.H_LOW]:
+            self._wait(0, token)
+        if self._frees:
+            self._run_frees()
+        failure = getattr(var, "failure", None)
+        if failure is not None:
+            self._observed.add(id(failure))
+            raise OpError.of(failure) from failure.exc
+
+    def wait_all(self) -> None:
+        """Return when every op pushed so far has finished and the memory of deleted vars is
+        back; OpError for failures not yet reported by an earlier wait_all."""
+        if self._forked:
+            raise EngineStopped(self._stopped)
+        target = self._next
+        if self._buf[t.H_DONE] < target:
+            self._wait(1, target)
+        self._run_frees(every=self._buf[t.H_DONE] >= self._next)
+        self._interrupted = False
+        with self._lock:
+            failures, self._failures = self._failures, []
+        if failures:
+            raise OpError.of(failures[0], len(failures) - 1) from failures[0].exc
+
+    @property
+    def pending(self) -> int:
+        return self._next - self._buf[t.H_DONE]
+
+    @property
+    def blocked(self) -> bool:
+        return self._asleep > 0
+
+    def _wait(self, kind: int, target: int) -> None:
+        """Spin without the GIL for spin_s, then sleep in compiled calls of at most 50 ms, so a
+        Ctrl-C gets in between them; EngineStopped if the engine can no longer get there."""
+        if self._stopped is not None:
+            raise EngineStopped(self._stopped)
+        state = self.state
+        try:
+            if t.wait(state, kind, target, self._spin_ns, 0):
+                return
+            self._asleep += 1
+            try:
+                while not t.wait(state, kind, target, 0, _POLL_NS):
+                    if self._stopped is not None:
+                        raise EngineStopped(self._stopped)
+            finally:
+                self._asleep -= 1
+        except KeyboardInterrupt:
+            self._interrupted = True
+            raise
+
+    # -- execution: the thread around the compiled loop, and the ops that come back to Python --
+    def _work(self, lane: Lane, label: str, index: int, thread_context=None) -> None:
+        if thread_context is not None:
+            with thread_context():
+                return self._work(lane, label, index)
+        state, lane_index = self.state, self._lane_index[lane.name]
+        failed = t.at(0, t.F_FAILED)
+        while True:
+            slot = work(state, lane_index, index)
+            if slot < 0 or self._stopped is not None:
+                return
+            if self._buf[failed + slot * t.STRIDE]:
+                self._fail_python(slot, inherited=True)
+                t.complete(state, slot, t.FAILED_INHERITED)
+            else:
+                own = self._run_python(slot, label, lane.log)
+                t.complete(state, slot, t.FAILED_OWN if own else 0)
+
+    def _run_python(self, slot: int, label: str, log: bool) -> bool:
+        """Run a Python op's kernel on this thread; True if it raised (its outputs poisoned)."""
+        name, op_id, reads, writes, fn, args = self._ops[slot]
+        start = perf_counter_ns()
+        try:
+            fn(*args)
+        except BaseException as exc:  # any error of a kernel belongs to its op
+            failure = Failure(name, op_id, exc)
+            self._poison(writes, failure)
+            with self._lock:
+                self._failures.append(failure)
+            if self._sync and isinstance(exc, KeyboardInterrupt):
+                raise  # Ctrl-C inside a sync-mode op is the user's, not the op's
+            return True
+        finally:
+            if log:
+                self._log.append((label, "exec", name, op_id, start, perf_counter_ns()))
+        return False
+
+    def _fail_python(self, slot: int, inherited: bool) -> None:
+        """An op whose predecessor failed: it does not run; its outputs carry that failure."""
+        name, op_id, reads, writes, fn, args = self._ops[slot]
+        failure = self._inherited(reads, writes)
+        if failure is not None:
+            self._poison(writes, failure)
+
+    def _poison(self, writes, failure: Failure) -> None:
+        for v in writes:
+            if hasattr(v, "failure"):
+                v.failure = failure
+        self._tainted = True
+
+    @staticmethod
+    def _inherited(reads, writes) -> Failure | None:
+        for v in reads:
+            f = getattr(v, "failure", None)
+            if f is not None:
+                return f
+        for v in writes:
+            f = getattr(v, "failure", None)
+            if f is not None:
+                return f
+        return None
+
+    # -- trace -----------------------------------------------------------------------------------
+    def _harvest(self, token: int, beyond: bool = False) -> None:
+        """Append the spans of native ops below the low-water mark (with `beyond`, of every
+        finished one) to the log, and free the slots below the mark; first wait, if the slot
+        that op `token` needs still holds an op not read out."""
+        if token - self.cap >= self._buf[t.H_LOW] and not self._closed:
+            self._wait(2, token - self.cap + 1)
+        lo, low = self._harvested, min(self._buf[t.H_LOW], token)
+        hi = self._next if beyond else low
+        if hi <= lo:
+            return
+        cap, state, ops = self.cap, self.state, self._ops
+        slots = np.arange(lo, hi) & (cap - 1)
+        if self._trace is not False:
+            kinds, starts, states = (t.column(state, cap, f)[slots]
+                                     for f in (t.F_KIND, t.F_START, t.F_STATE))
+            read = slots[(states == t.DONE) & (starts != 0) & (kinds != PYTHON)]
+            if len(read):
+                labels, append = self._labels, self._log.append
+                cols = [t.column(state, cap, f)[read].tolist()
+                        for f in (t.F_START, t.F_END, t.F_WORKER)]
+                for slot, a, b, w in zip(read.tolist(), *cols, strict=False):
+                    name, op_id = ops[slot][:2]
+                    append((labels[w], "exec", name, op_id, a, b))
+                t.column(state, cap, t.F_START)[read] = 0  # read: not again
+        for slot in slots[:low - lo].tolist():
+            ops[slot] = None
+        self._harvested = low
+
+    def flush(self) -> None:
+        """Read the spans of every native op finished so far into `log`."""
+        if not self._sync:
+            self._harvest(self._next, beyond=True)
+
+    def spans(self) -> list[Span]:
+        """Every span recorded so far, in seconds from `origin_ns`, ordered by start."""
+        self.flush()
+        t0 = self.origin_ns
+        spans = [Span(lane, name, op_id, (a - t0) * 1e-9, (b - t0) * 1e-9, kind)
+                 for lane, kind, name, op_id, a, b in list(self._log)]
+        spans.sort(key=lambda s: s.start)
+        return spans
+
+    # -- shutdown --------------------------------------------------------------------------------
+    def close(self, cancel: bool = False) -> None:
+        """As `Engine.close`: drain (or with `cancel` drop what has not started), stop, join."""
+        if self._closed:
+            return
+        if not (cancel or self._interrupted or self._stopped):
+            try:
+                self._wait(1, self._next)
+            except KeyboardInterrupt:
+                self._stop(cancel=True)
+                raise
+            except EngineStopped:
+                pass
+        self._stop(cancel or self._interrupted)
+
+    def _stop(self, cancel: bool) -> None:
+        self._closed = True
+        shutdown.unregister(self)
+        if cancel and self._buf[t.H_DONE] < self._next:
+            self._stopped = (f"the engine was stopped with {self._next - self._buf[t.H_DONE]} "
+                             f"op(s) unfinished")
+        self._buf[t.H_STOP] = 1
+        t.wake_all(self.state, len(self.lanes))
+        me = threading.current_thread()
+        deadline = perf_counter_ns() + int(JOIN_S * 1e9)
+        for lane in self.lanes.values():
+            for th in lane.threads:
+                if th is not me:
+                    th.join(max(0.0, (deadline - perf_counter_ns()) * 1e-9) if cancel else None)
+        if self._stopped is None:
+            self._run_frees(every=True)
+        self.flush()
+        self._shrink()
+        self._warn_unreported()
+
+    def _shrink(self) -> None:
+        """Give the table back (a few MiB; the frontend's objects form cycles that only a
+        full collection frees, and a test may open thousands of sessions before one runs):
+        a table of two slots with the same counters stands in for it. A worker abandoned in a
+        long kernel keeps the old one alive until it returns."""
+        buf, state = t.new_state(2, 0)
+        for h in (t.H_NEXT, t.H_DONE, t.H_LOW, t.H_STOP):
+            buf[h] = self._buf[h]
+        self._buf, self.state = buf, state
+        self._ops, self._deps = [None] * 2, Deps()
+        self.cap = 2
+
+    def _orphan(self, why: str) -> None:
+        """In a forked child: the workers stayed in the parent; refuse everything with `why`."""
+        self._lock = threading.RLock()
+        self._failures, self._frees = [], deque()
+        self._closed, self._stopped, self._forked = True, why, True
+        for lane in self.lanes.values():
+            lane.threads = []
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{self.pending} pending"
+        return f"NativeEngine({self.mode}, {self.workers} worker(s), {state})"
+
+
+def _finished_in(buf, state):
+    """`Deps`'s test for a finished token, over the table (a closure: a bound method would make
+    a reference cycle that only the cyclic GC frees, and the table is a few MiB)."""
+    low = t.H_LOW
+
+    def finished(token: int) -> bool:
+        return token < buf[low] or bool(t.is_done(state, token))
+
+    return finished

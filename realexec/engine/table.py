@@ -1,0 +1,322 @@
+"""The compiled engine's shared state: one int64 array holding the op table, the successor edges and
+each lane's ready queue, and the compiled functions over it that need no GIL.
+
+Why one array: a compiled call from Python costs ~25 ns per argument to unbox, so everything a
+worker and the frontend share is one argument; Python reads single items through an `array('q')`
+over the same memory (`realexec.engine.native`).
+
+Layout (`new_state`): a header of counters, a header per lane, then the op records of `cap`
+slots (op token t lives in slot t % cap; `at(slot, field)`), the edge pool, and per lane a ring
+of `cap` slots.
+
+- An op's state: PENDING (waiting for `pending` predecessors), QUEUED, RUNNING, DONE. Its token is
+  done when it is below the low-water mark `H_LOW` (every op before it is done too) or its slot
+  still holds it in state DONE.
+- `push` links the op behind each unfinished predecessor (an edge on that predecessor's successor
+  list) and queues it when none is left; `complete` marks it done, bumps the counters, and
+  releases its successors (a failed op marks them FAILED_INHERITED: they will not run their
+  kernel, `realexec.engine.native` poisons their outputs in Python).
+- One spin lock (`H_LOCK`) guards the records, edges and queues; every section under it is a few
+  dozen instructions. Counters that threads read without the lock (done, low, queue ends, futex
+  words) are read with acquire loads.
+- Sleeping: a worker with nothing to do spins for `H_SPIN_NS`, then sleeps on its lane's futex
+  word, which `push` and `complete` bump (waking it only when it sleeps); a blocker sleeps on
+  `H_GEN`, which every completion bumps.
+
+Units: nanoseconds (`atomics.now_ns`, Python's perf_counter_ns clock).
+"""
+
+from __future__ import annotations
+
+from array import array
+
+import numpy as np
+from numba import njit
+
+from realexec.engine.atomics import (
+    cas,
+    fetch_add,
+    futex_wait,
+    futex_wake,
+    load,
+    now_ns,
+    pause,
+    sched_yield,
+    store,
+)
+
+# header: words written by different threads sit on different 64-byte cache lines
+H_LOCK, H_EFREE, H_ECOUNT = 0, 1, 2  # taken together, under the lock
+H_NEXT = 8  # written by the frontend's push
+H_DONE, H_LOW, H_GEN = 16, 17, 18  # written by completions
+H_SLEEPERS = 24  # blockers asleep
+H_STOP, H_CAP, H_NEDGES, H_SPIN_NS = 32, 33, 34, 35  # read-mostly
+LANES, LANE_FIELDS, MAX_LANES = 40, 8, 16  # a lane's header: a cache line
+Q_HEAD, Q_TAIL, Q_FUTEX, Q_SLEEPERS = range(4)
+OPS = LANES + LANE_FIELDS * MAX_LANES
+# an op record: these fields, contiguous, then padding to 3 cache lines (the frontend writes a
+# record while a worker stamps the one before it)
+(F_TOKEN, F_STATE, F_PENDING, F_SUCC, F_LANE, F_KIND, F_CODE, F_DTYPE, F_N, F_A, F_B, F_OUT,
+ F_SCALAR, F_START, F_END, F_WORKER, F_FAILED) = range(17)
+STRIDE = 24
+PENDING, QUEUED, RUNNING, DONE = 1, 2, 3, 4
+FAILED_OWN, FAILED_INHERITED = 1, 2
+EDGES_PER_OP = 4  # the edge pool: a successor list entry per dependency in flight
+
+
+def new_state(cap: int, spin_ns: int) -> tuple[array, np.ndarray]:
+    """A fresh state for `cap` op slots (a power of two): the `array('q')` Python reads and a
+    numpy view of the same memory for compiled code."""
+    assert cap & (cap - 1) == 0, cap
+    nedges = EDGES_PER_OP * cap
+    size = OPS + STRIDE * cap + 2 * nedges + MAX_LANES * cap
+    buf = array("q", bytes(8 * size))
+    state = np.frombuffer(buf, np.int64)
+    state[H_CAP], state[H_NEDGES], state[H_SPIN_NS] = cap, nedges, spin_ns
+    state[OPS + F_TOKEN: OPS + STRIDE * cap: STRIDE] = -1
+    edges = OPS + STRIDE * cap
+    state[edges: edges + nedges] = np.arange(1, nedges + 1)  # the free list: each to the next
+    state[edges + nedges - 1] = -1
+    state[H_EFREE] = 0
+    return buf, state
+
+
+def column(state: np.ndarray, cap: int, f: int) -> np.ndarray:
+    """Field `f` of every slot, as a strided view (for reading spans out in blocks)."""
+    return state[OPS + f: OPS + STRIDE * cap: STRIDE]
+
+
+@njit(nogil=True, cache=True, inline="always")
+def at(slot, f):
+    """Where field `f` of the op in `slot` is."""
+    return OPS + slot * STRIDE + f
+
+
+@njit(nogil=True, cache=True)
+def lock(s):
+    spins = 0
+    while cas(s, H_LOCK, 0, 1) != 0:
+        while load(s, H_LOCK) != 0:
+            pause()
+            spins += 1
+            if spins % 256 == 0:
+                sched_yield()  # the holder may have lost its core: give it one
+
+
+@njit(nogil=True, cache=True, inline="always")
+def unlock(s):
+    store(s, H_LOCK, 0)
+
+
+@njit(nogil=True, cache=True)
+def is_done(s, token):
+    if token < load(s, H_LOW):
+        return True
+    cap = s[H_CAP]
+    slot = token & (cap - 1)
+    return load(s, at(slot, F_TOKEN)) != token or load(s, at(slot, F_STATE)) == DONE
+
+
+@njit(nogil=True, cache=True)
+def _enqueue(s, lane, slot):
+    """Queue a ready op (the lock held); bump the lane's futex word, true if a worker sleeps."""
+    cap = s[H_CAP]
+    s[at(slot, F_STATE)] = QUEUED
+    base = LANES + LANE_FIELDS * lane
+    tail = s[base + Q_TAIL]
+    s[OPS + STRIDE * cap + 2 * s[H_NEDGES] + lane * cap + (tail & (cap - 1))] = slot
+    store(s, base + Q_TAIL, tail + 1)
+    fetch_add(s, base + Q_FUTEX, 1)
+    return load(s, base + Q_SLEEPERS) > 0
+
+
+@njit(nogil=True, cache=True)
+def _link(s, slot, pred):
+    """Put op `slot` behind `pred` unless it is done (the lock held). With the edge pool empty
+    (ops with many inputs, all in flight) it lets the lock go until a completion gives one
+    back: the op holds a guard count, so it cannot start meanwhile."""
+    if pred < 0 or is_done(s, pred):
+        return
+    cap = s[H_CAP]
+    edges = OPS + STRIDE * cap
+    while s[H_EFREE] < 0:
+        unlock(s)
+        sched_yield()
+        lock(s)
+        if is_done(s, pred):
+            return
+    e = s[H_EFREE]
+    s[H_EFREE] = s[edges + e]
+    succ = at(pred & (cap - 1), F_SUCC)
+    s[edges + e] = s[succ]  # next
+    s[edges + s[H_NEDGES] + e] = slot  # whom
+    s[succ] = e
+    s[at(slot, F_PENDING)] += 1
+    s[H_ECOUNT] += 1
+
+
+@njit(nogil=True, cache=True)
+def push(s, slot, token, lane, kind, code, dtype, n, a, b, out, scalar, failed,
+         p0, p1, p2, more):
+    """Record op `token` in `slot` and queue it behind its predecessors p0..p2 and `more` (an
+    int64 array; -1 = none). True if it is ready now."""
+    lock(s)
+    s[at(slot, F_TOKEN)] = token
+    s[at(slot, F_STATE)] = PENDING
+    s[at(slot, F_PENDING)] = 1  # a guard while it is linked
+    s[at(slot, F_SUCC)] = -1
+    s[at(slot, F_LANE)] = lane
+    s[at(slot, F_KIND)] = kind
+    s[at(slot, F_CODE)] = code
+    s[at(slot, F_DTYPE)] = dtype
+    s[at(slot, F_N)] = n
+    s[at(slot, F_A)] = a
+    s[at(slot, F_B)] = b
+    s[at(slot, F_OUT)] = out
+    s.view(np.float64)[at(slot, F_SCALAR)] = scalar
+    s[at(slot, F_START)] = 0
+    s[at(slot, F_END)] = 0
+    s[at(slot, F_FAILED)] = failed
+    store(s, H_NEXT, token + 1)
+    _link(s, slot, p0)
+    _link(s, slot, p1)
+    _link(s, slot, p2)
+    for p in more:
+        _link(s, slot, p)
+    left = s[at(slot, F_PENDING)] - 1
+    s[at(slot, F_PENDING)] = left
+    wake = False
+    if left == 0:
+        wake = _enqueue(s, lane, slot)
+    unlock(s)
+    if wake:
+        futex_wake(s, LANES + LANE_FIELDS * lane + Q_FUTEX, 1)
+    return left == 0
+
+
+@njit(nogil=True, cache=True)
+def pop(s, lane):
+    """The slot of a ready op of `lane` (now RUNNING), or -1."""
+    base = LANES + LANE_FIELDS * lane
+    if load(s, base + Q_HEAD) == load(s, base + Q_TAIL):
+        return -1
+    lock(s)
+    head = s[base + Q_HEAD]
+    slot = -1
+    if head != s[base + Q_TAIL]:
+        cap = s[H_CAP]
+        slot = s[OPS + STRIDE * cap + 2 * s[H_NEDGES] + lane * cap + (head & (cap - 1))]
+        store(s, base + Q_HEAD, head + 1)
+        s[at(slot, F_STATE)] = RUNNING
+    unlock(s)
+    return slot
+
+
+@njit(nogil=True, cache=True)
+def complete(s, slot, failed):
+    """Op `slot` finished (`failed`: it or a predecessor failed); release its successors."""
+    cap = s[H_CAP]
+    edges = OPS + STRIDE * cap
+    nedges = s[H_NEDGES]
+    woken = 0  # a bit per lane whose sleeping worker must be woken
+    lock(s)
+    if failed:
+        s[at(slot, F_FAILED)] = failed
+    store(s, at(slot, F_STATE), DONE)
+    e = s[at(slot, F_SUCC)]
+    s[at(slot, F_SUCC)] = -1
+    while e >= 0:
+        nxt = s[edges + e]
+        other = s[edges + nedges + e]
+        s[edges + e] = s[H_EFREE]
+        s[H_EFREE] = e
+        s[H_ECOUNT] -= 1
+        if failed:
+            s[at(other, F_FAILED)] = FAILED_INHERITED
+        left = s[at(other, F_PENDING)] - 1
+        s[at(other, F_PENDING)] = left
+        if left == 0:
+            lane = s[at(other, F_LANE)]
+            if _enqueue(s, lane, other):
+                woken |= 1 << lane
+        e = nxt
+    low, nxt_token = s[H_LOW], s[H_NEXT]
+    while low < nxt_token:
+        where = low & (cap - 1)
+        if s[at(where, F_TOKEN)] == low and s[at(where, F_STATE)] != DONE:
+            break
+        low += 1
+    store(s, H_LOW, low)
+    fetch_add(s, H_DONE, 1)
+    unlock(s)
+    fetch_add(s, H_GEN, 1)
+    if load(s, H_SLEEPERS) > 0:
+        futex_wake(s, H_GEN, 1 << 30)
+    lane = 0
+    while woken:
+        if woken & 1:
+            futex_wake(s, LANES + LANE_FIELDS * lane + Q_FUTEX, 1)
+        woken >>= 1
+        lane += 1
+
+
+@njit(nogil=True, cache=True)
+def idle(s, lane, since_ns):
+    """A worker of `lane` found nothing to do at `since_ns`: spin a little, or, past the spin
+    time, sleep on the lane's futex word until something is queued (or 50 ms)."""
+    base = LANES + LANE_FIELDS * lane
+    seen = load(s, base + Q_FUTEX)
+    if now_ns() - since_ns < s[H_SPIN_NS]:
+        for _i in range(64):
+            if load(s, base + Q_FUTEX) != seen or load(s, H_STOP):
+                return
+            pause()
+        sched_yield()
+        return
+    fetch_add(s, base + Q_SLEEPERS, 1)
+    if load(s, base + Q_HEAD) == load(s, base + Q_TAIL) and not load(s, H_STOP):
+        futex_wait(s, base + Q_FUTEX, seen, 50_000_000)
+    fetch_add(s, base + Q_SLEEPERS, -1)
+
+
+@njit(nogil=True, cache=True)
+def wake_all(s, lanes):
+    """After `H_STOP` is set: wake every sleeping worker and blocker."""
+    for lane in range(lanes):
+        base = LANES + LANE_FIELDS * lane
+        fetch_add(s, base + Q_FUTEX, 1)
+        futex_wake(s, base + Q_FUTEX, 1 << 30)
+    fetch_add(s, H_GEN, 1)
+    futex_wake(s, H_GEN, 1 << 30)
+
+
+@njit(nogil=True, cache=True)
+def _holds(s, kind, target):
+    if kind == 0:  # token `target` is done
+        return is_done(s, target)
+    if kind == 1:  # `target` ops are done
+        return load(s, H_DONE) >= target
+    return load(s, H_LOW) >= target  # every op below token `target` is done
+
+
+@njit(nogil=True, cache=True)
+def wait(s, kind, target, spin_ns, sleep_ns):
+    """Until the condition holds (True) or about spin_ns + sleep_ns pass (False): spin with
+    `pause` (a `sched_yield` every ~5 us, so a worker sharing this core runs), then sleep on the
+    completions' futex word. kind 0: token `target` is done; kind 1: `target` ops are done;
+    kind 2: every op below token `target` is done."""
+    start = now_ns()
+    while now_ns() - start < spin_ns:
+        for _i in range(200):
+            if _holds(s, kind, target) or load(s, H_STOP):
+                return _holds(s, kind, target)
+            pause()
+        sched_yield()
+    if sleep_ns <= 0:
+        return _holds(s, kind, target)
+    fetch_add(s, H_SLEEPERS, 1)
+    seen = load(s, H_GEN)
+    if not (_holds(s, kind, target) or load(s, H_STOP)):
+        futex_wait(s, H_GEN, seen, sleep_ns)
+    fetch_add(s, H_SLEEPERS, -1)
+    return _holds(s, kind, target)

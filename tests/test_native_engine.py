@@ -1,0 +1,185 @@
+"""The compiled engine (`realexec.engine.native`): its op table without threads, then its workers.
+
+The table's functions are plain compiled code: pushing a chain, a diamond and a failure through
+them by hand checks the queueing, the low-water mark, the failure flags and that every edge goes
+back to the pool. With threads: small independent ops really run on two workers at once, many
+short ops with frees racing their completions give numpy's result and give all memory back, a
+failing Python kernel surfaces at the blocker of a native op that depends on it, and no thread
+outlives the engine.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import realexec
+from realexec import OpError
+from realexec.cpu import kernels as cpu
+from realexec.cpu.worker import BINARY, PYTHON, SCALAR, address, work
+from realexec.engine import table as t
+from realexec.engine.native import NativeEngine
+
+NONE = np.empty(0, np.int64)
+
+
+def push(s, token, kind=PYTHON, preds=(), lane=0):
+    p = list(preds) + [-1, -1, -1]
+    more = np.array(p[3:-3], np.int64) if len(preds) > 3 else NONE
+    return t.push(s, token, token, lane, kind, 0, 0, 0, 0, 0, 0, 0.0, 0, p[0], p[1], p[2], more)
+
+
+def test_a_chain_runs_in_order_and_gives_its_edges_back():
+    buf, s = t.new_state(16, 0)
+    assert push(s, 0)
+    assert not push(s, 1, preds=[0])
+    assert not push(s, 2, preds=[1])
+    assert buf[t.H_ECOUNT] == 2
+    assert t.pop(s, 0) == 0 and t.pop(s, 0) == -1  # 1 waits for 0
+    t.complete(s, 0, 0)
+    assert buf[t.H_LOW] == 1 and t.is_done(s, 0) and not t.is_done(s, 1)
+    assert t.pop(s, 0) == 1
+    t.complete(s, 1, 0)
+    assert t.pop(s, 0) == 2
+    t.complete(s, 2, 0)
+    assert buf[t.H_DONE] == 3 and buf[t.H_LOW] == 3 and buf[t.H_ECOUNT] == 0
+
+
+def test_a_diamond_waits_for_both_sides_and_the_mark_waits_for_the_slowest():
+    buf, s = t.new_state(16, 0)
+    push(s, 0)
+    push(s, 1, preds=[0])
+    push(s, 2, preds=[0])
+    push(s, 3, preds=[1, 2, 1, 0, 2])  # repeats and a 4th pred: each counted, each released
+    t.complete(s, t.pop(s, 0), 0)
+    assert sorted([t.pop(s, 0), t.pop(s, 0)]) == [1, 2]
+    t.complete(s, 2, 0)
+    assert buf[t.H_LOW] == 1  # 1 still runs: the mark stops below it
+    assert t.pop(s, 0) == -1
+    t.complete(s, 1, 0)
+    assert buf[t.H_LOW] == 3 and t.pop(s, 0) == 3
+    t.complete(s, 3, 0)
+    assert buf[t.H_ECOUNT] == 0
+
+
+def test_a_failure_marks_the_successors_and_a_finished_predecessor_is_skipped():
+    buf, s = t.new_state(16, 0)
+    push(s, 0)
+    push(s, 1, preds=[0])
+    t.complete(s, t.pop(s, 0), t.FAILED_OWN)
+    assert t.pop(s, 0) == 1
+    assert buf[t.at(1, t.F_FAILED)] == t.FAILED_INHERITED
+    t.complete(s, 1, t.FAILED_INHERITED)
+    assert push(s, 2, preds=[0, 1])  # both done: ready at once
+
+
+def test_ops_go_to_their_own_lane():
+    buf, s = t.new_state(16, 0)
+    push(s, 0, lane=0)
+    push(s, 1, preds=[0], lane=3)
+    t.complete(s, t.pop(s, 0), 0)
+    assert t.pop(s, 0) == -1 and t.pop(s, 3) == 1
+
+
+def test_the_compiled_worker_runs_native_ops_and_hands_python_ones_back():
+    buf, s = t.new_state(16, 0)
+    x = np.arange(4, dtype=np.float32)
+    y = np.zeros(4, np.float32)
+    a, b = address(x), address(y)
+    t.push(s, 0, 0, 0, SCALAR, 2, 0, 4, a, a, b, 3.0, 0, -1, -1, -1, NONE)  # y = x * 3
+    t.push(s, 1, 1, 0, BINARY, 0, 0, 4, a, b, b, 0.0, 0, 0, -1, -1, NONE)  # y = x + y
+    push(s, 2, preds=[1])
+    assert work(s, 0, 5) == 2
+    np.testing.assert_array_equal(y, x * 4)
+    assert buf[t.at(0, t.F_WORKER)] == 5 and buf[t.at(0, t.F_END)] >= buf[t.at(0, t.F_START)]
+    t.complete(s, 2, 0)
+    buf[t.H_STOP] = 1
+    assert work(s, 0, 0) == -1
+
+
+def chains(nd, n=40, size=(100, 100)):
+    """Two independent chains of small elementwise ops."""
+    xs = [nd.ones(size), nd.ones(size)]
+    for _ in range(n):
+        xs = [x * 1.0001 + 0.5 for x in xs]
+    nd.waitall()
+    return xs
+
+
+def test_small_independent_ops_run_on_two_workers_at_once():
+    """Both chains wait behind a held start, so each worker has a backlog of its own."""
+    gate = threading.Event()
+
+    def held_ones(inputs, out, attrs):
+        gate.wait(5)
+        out[...] = 1
+
+    with realexec.session(workers=2) as nd:
+        nd._backend.kernels = {**cpu.KERNELS, "ones": held_ones}
+        xs = [nd.ones((100, 100)), nd.ones((100, 100))]
+        for _ in range(150):
+            xs = [x * 1.0001 + 0.5 for x in xs]
+        gate.set()
+        nd.waitall()
+        execs = [s for s in nd._backend.engine.spans() if s.kind == "exec" and s.name != "ones"]
+    assert {s.lane for s in execs} == {"cpu/w0", "cpu/w1"}
+    w0 = [s for s in execs if s.lane == "cpu/w0"]
+    w1 = [s for s in execs if s.lane == "cpu/w1"]
+    overlap = sum(max(0.0, min(a.end, b.end) - max(a.start, b.start)) for a in w0 for b in w1)
+    assert overlap > 0  # the GIL would have kept them apart
+
+
+def test_many_short_ops_with_frees_racing_their_completions():
+    expected = np.ones((8, 8), np.float32)
+    for _ in range(3000):
+        expected = expected * np.float32(0.5) + np.float32(1.0)
+    with realexec.session(workers=2) as nd:
+        x, z = nd.ones((8, 8)), nd.ones((8, 8))
+        for _ in range(3000):
+            x = x * 0.5 + 1.0  # each rebinding frees the x before
+            z = z + x - x
+        np.testing.assert_array_equal(x.asnumpy(), expected)
+        np.testing.assert_array_equal(z.asnumpy(), np.ones((8, 8), np.float32))
+        del x, z
+        nd.waitall()
+        assert nd._backend.pools["cpu"].live_bytes == 0
+
+
+def test_a_failing_python_kernel_surfaces_at_a_native_dependent():
+    def broken(inputs, out, attrs):
+        raise ZeroDivisionError("injected")
+
+    with realexec.session(workers=2) as nd:
+        x = nd.ones((4, 4))
+        nd._backend.kernels = {**cpu.KERNELS, "relu": broken}
+        y = nd.relu(x)  # a Python op now
+        nd._backend.kernels = cpu.KERNELS
+        z = (y + 1) * 2  # native ops after it
+        w = x + 1  # independent
+        np.testing.assert_array_equal(w.asnumpy(), np.full((4, 4), 2, np.float32))
+        with pytest.raises(OpError, match="relu") as info:
+            z.asnumpy()
+        assert isinstance(info.value.__cause__, ZeroDivisionError)
+        with pytest.raises(OpError, match="relu"):
+            nd.waitall()
+
+
+def test_no_thread_outlives_the_engine_and_a_long_queue_drains_at_close():
+    before = threading.active_count()
+    engine = NativeEngine(workers=3, capacity=64)  # a small table: pushes wait for slots
+    done = []
+    var = engine.new_var("v")
+    for i in range(500):
+        engine.push(done.append, (), (var,), args=(i,))
+    engine.close()
+    assert done == list(range(500))
+    assert threading.active_count() == before
+
+
+def test_the_python_engine_is_still_there_as_the_contrast():
+    trace = realexec.run(chains, workers=2, engine="python", n=3)
+    assert trace.meta["engine"] == "python"
+    with pytest.raises(ValueError, match="engine must be one of"):
+        realexec.run(chains, engine="cpp")

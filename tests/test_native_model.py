@@ -1,0 +1,71 @@
+"""The model of compiled workers (`Profile.native`, asyncsim.model.host): ops of `ops.COMPILED`
+that do not broadcast hold no GIL and pay no worker Python; every other op still does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from asyncsim import Profile, predict
+from asyncsim.model.profile import Cost
+from asyncsim.nd.ops import COMPILED
+
+
+def _profile(**kv) -> Profile:
+    base = dict(name="host", t1=1e-6, t3=2e-6, workers=2, cores=8, gil=20e-6, handover=30e-6,
+                costs={"cpu:*": Cost(latency=2e-6, bandwidth=4e9)})
+    base.update(kv)
+    return Profile(**base)
+
+
+def two_chains(nd, n=30, side=40):
+    xs = [nd.ones((side, side)), nd.ones((side, side))]
+    nd.waitall()
+    with nd.benchmark("chains"):
+        for _ in range(n):
+            xs = [x * 1.0001 for x in xs]
+        nd.waitall()
+
+
+# inputs made by `array` (a host copy, not compiled): no compiled op anywhere in these two
+def dots(nd, n=10):
+    m = nd.array(np.ones((8, 8), np.float32))
+    nd.waitall()
+    with nd.benchmark("dots"):
+        for _ in range(n):
+            m = nd.dot(m, m)
+        nd.waitall()
+
+
+def broadcasts(nd, n=10):
+    m, row = nd.array(np.ones((8, 8), np.float32)), nd.array(np.ones(8, np.float32))
+    nd.waitall()
+    with nd.benchmark("broadcasts"):
+        for _ in range(n):
+            m = m + row
+        nd.waitall()
+
+
+def test_compiled_chains_skip_the_gil_and_its_python():
+    python = predict(two_chains, _profile()).regions["chains"]
+    native = predict(two_chains, _profile(native=1)).regions["chains"]
+    # each of the 60 ops saved at least its 20 us of Python, shared by two workers
+    assert native < python - 60 * 20e-6 / 2
+
+
+@pytest.mark.parametrize("workload, region", [(dots, "dots"), (broadcasts, "broadcasts")])
+def test_other_ops_pay_as_before(workload, region):
+    """Products and broadcasting ops come back to Python: the flag changes nothing for them."""
+    python = predict(workload, _profile()).regions[region]
+    native = predict(workload, _profile(native=1)).regions[region]
+    assert native == pytest.approx(python, rel=1e-12)
+
+
+def test_the_flag_is_a_profile_field_and_the_set_matches_the_worker():
+    from realexec.cpu import worker
+
+    assert _profile(native=1).native == 1 and _profile().native == 0
+    assert worker.native_op("add_scalar", {"scalar": 1.0}, [(2,)]) is not None
+    assert all(worker.native_op(name, {"scalar": 1.0, "value": 0.0}, [(2,), (2,)]) is not None
+               for name in COMPILED)
+    assert worker.native_op("add", {}, [(2, 2), (2,)]) is None  # broadcasting: Python
