@@ -17,10 +17,10 @@ var (`x += 1`) counts as a write of it. Tokens may repeat in the answer (an op r
 written by one op); a consumer counts each, which is harmless.
 
 Bounded memory: a var read over and over but never written (a weight at inference) would keep
-every reader's token. `finished(token)`, when given, says an op is done: a reader list past
-`PRUNE` entries drops the finished ones (a finished predecessor orders nothing; the op being
-added is kept whatever `finished` says of it), so it stays about as long as the ops still
-running on it. No threads, no time: unit-tested on its own.
+every reader's token. `finished(token)`, when given, says an op is done: a reader list that
+reaches `PRUNE` entries, or twice, four times.. as many, drops the finished ones (a finished
+predecessor orders nothing; the op being added is kept whatever `finished` says of it), so it
+stays about as long as the ops still running on it. No threads, no time: unit-tested on its own.
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ class Deps:
                 readers[v] = [token]
             else:
                 rs.append(token)
-                if len(rs) > PRUNE and self.finished is not None:
+                # at 2x, 4x.. PRUNE entries: a list of running reads is weeded O(1) per read
+                if len(rs) >= PRUNE and not len(rs) & (len(rs) - 1) and self.finished:
                     done = self.finished
                     rs[:] = [t for t in rs if t == token or not done(t)]
         for v in writes:

@@ -37,7 +37,7 @@ from realexec.cpu.loops import (
     scalar_flat,
 )
 from realexec.engine import table as t
-from realexec.engine.atomics import load, now_ns, pointer
+from realexec.engine.atomics import fetch_add, load, now_ns, pointer
 
 PYTHON, SCALAR, BINARY = 0, 1, 2
 DTYPES = {np.dtype("float32"): 0, np.dtype("float64"): 1}
@@ -101,16 +101,26 @@ def work(s, lane, worker):
     """Run the lane's ready native ops until one needs Python (its slot) or the engine stops
     (-1). `worker`: this thread's index, stamped on the ops it runs."""
     idle_since = now_ns()
+    busy = False  # counted in H_BUSY (a blocker spins only while a core is left)
     while True:
         if load(s, t.H_STOP):
+            if busy:
+                fetch_add(s, t.H_BUSY, -1)
             return -1
         slot = t.pop(s, lane)
         if slot < 0:
+            if busy:
+                fetch_add(s, t.H_BUSY, -1)
+                busy = False
             t.idle(s, lane, idle_since)
             continue
+        if not busy:
+            fetch_add(s, t.H_BUSY, 1)
+            busy = True
         base = t.at(slot, 0)
         kind = s[base + t.F_KIND]
         if kind == PYTHON or s[base + t.F_FAILED] != 0:
+            fetch_add(s, t.H_BUSY, -1)  # Python runs it; back in here, counted anew
             return slot
         s[base + t.F_START] = now_ns()
         run_native(kind, s[base + t.F_CODE], s[base + t.F_DTYPE], s[base + t.F_N],

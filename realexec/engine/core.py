@@ -1,4 +1,7 @@
-"""The dependency engine: the frontend pushes ops and returns at once; worker threads run them.
+"""The Python-thread engine (`engine="python"`): the frontend pushes ops and returns at once;
+Python worker threads run them. The default engine is `realexec.engine.native` (compiled workers,
+no GIL per op); this one stays as the contrast the chapters draw ("what if the backend were
+written in Python?") and runs every op through a Python callable.
 
 `Engine.push(fn, reads, writes, lane, name, args)` queues `fn(*args)` behind the ops that touch
 the same vars (`realexec.engine.deps`: read-after-write, write-after-read, write-after-write) and

@@ -40,7 +40,7 @@ from asyncsim.nd.trace import Span
 from realexec.cpu.worker import PYTHON, run_native, work
 from realexec.engine import shutdown
 from realexec.engine import table as t
-from realexec.engine.core import FRONTEND, Lane, settings
+from realexec.engine.core import FRONTEND, Lane, default_workers, settings
 from realexec.engine.deps import Failure, OpError, Var
 from realexec.engine.shutdown import JOIN_S, EngineStopped
 
@@ -63,7 +63,7 @@ class NativeEngine(shutdown.Ending):
             raise ValueError(f"capacity must be a power of two, at least 2, got {capacity}")
         self.cap = capacity
         self._harvest_every = min(2 * _BLOCK, capacity // 2)
-        self._buf, self.state = t.new_state(capacity, 50_000)
+        self._buf, self.state = t.new_state(capacity, 50_000, default_workers())
         self._deps = Deps(finished=_finished_in(self._buf, self.state))  # no cycle to self
         self._ops: list = [None] * capacity  # per slot: (name, op_id, reads, writes, fn, args)
         self._next = 0  # the next op's token

@@ -20,8 +20,10 @@ of `cap` slots.
   dozen instructions. Counters that threads read without the lock (done, low, queue ends, futex
   words) are read with acquire loads.
 - Sleeping: a worker with nothing to do spins for `H_SPIN_NS`, then sleeps on its lane's futex
-  word, which `push` and `complete` bump (waking it only when it sleeps); a blocker sleeps on
-  `H_GEN`, which every completion bumps.
+  word, which `push` and `complete` bump (waking it only when it sleeps); a blocker spins only
+  while a core is free of busy workers (`H_BUSY` < `H_CORES`), then sleeps on `H_GEN`, which
+  every completion bumps; a completion makes the system call that wakes it only once the
+  blocker's condition (`H_WAIT_KIND`, `H_WAIT_TARGET`) holds.
 
 Units: nanoseconds (`atomics.now_ns`, Python's perf_counter_ns clock).
 """
@@ -35,7 +37,6 @@ from numba import njit
 
 from realexec.engine.atomics import (
     cas,
-    fetch_add,
     futex_wait,
     futex_wake,
     load,
@@ -49,9 +50,10 @@ from realexec.engine.atomics import (
 H_LOCK, H_EFREE, H_ECOUNT = 0, 1, 2  # taken together, under the lock
 H_NEXT = 8  # written by the frontend's push
 H_DONE, H_LOW, H_GEN = 16, 17, 18  # written by completions
-H_SLEEPERS = 24  # blockers asleep
-H_STOP, H_CAP, H_NEDGES, H_SPIN_NS = 32, 33, 34, 35  # read-mostly
-LANES, LANE_FIELDS, MAX_LANES = 40, 8, 16  # a lane's header: a cache line
+H_SLEEPERS, H_WAIT_KIND, H_WAIT_TARGET = 24, 25, 26  # blockers asleep, and what one waits for
+H_STOP, H_CAP, H_NEDGES, H_SPIN_NS, H_CORES = 32, 33, 34, 35, 36  # read-mostly
+H_BUSY = 40  # worker threads running ops now (not idle)
+LANES, LANE_FIELDS, MAX_LANES = 48, 8, 16  # a lane's header: a cache line
 Q_HEAD, Q_TAIL, Q_FUTEX, Q_SLEEPERS = range(4)
 OPS = LANES + LANE_FIELDS * MAX_LANES
 # an op record: these fields, contiguous, then padding to 3 cache lines (the frontend writes a
@@ -64,15 +66,16 @@ FAILED_OWN, FAILED_INHERITED = 1, 2
 EDGES_PER_OP = 4  # the edge pool: a successor list entry per dependency in flight
 
 
-def new_state(cap: int, spin_ns: int) -> tuple[array, np.ndarray]:
-    """A fresh state for `cap` op slots (a power of two): the `array('q')` Python reads and a
-    numpy view of the same memory for compiled code."""
+def new_state(cap: int, spin_ns: int, cores: int = 1 << 20) -> tuple[array, np.ndarray]:
+    """A fresh state for `cap` op slots (a power of two), for a process on `cores` cores: the
+    `array('q')` Python reads and a numpy view of the same memory for compiled code."""
     assert cap & (cap - 1) == 0, cap
     nedges = EDGES_PER_OP * cap
     size = OPS + STRIDE * cap + 2 * nedges + MAX_LANES * cap
     buf = array("q", bytes(8 * size))
     state = np.frombuffer(buf, np.int64)
     state[H_CAP], state[H_NEDGES], state[H_SPIN_NS] = cap, nedges, spin_ns
+    state[H_CORES] = cores
     state[OPS + F_TOKEN: OPS + STRIDE * cap: STRIDE] = -1
     edges = OPS + STRIDE * cap
     state[edges: edges + nedges] = np.arange(1, nedges + 1)  # the free list: each to the next
@@ -119,15 +122,18 @@ def is_done(s, token):
 
 @njit(nogil=True, cache=True)
 def _enqueue(s, lane, slot):
-    """Queue a ready op (the lock held); bump the lane's futex word, true if a worker sleeps."""
+    """Queue a ready op (the lock held); if a worker of the lane sleeps, bump the lane's futex
+    word and return True (the caller wakes it after letting the lock go)."""
     cap = s[H_CAP]
     s[at(slot, F_STATE)] = QUEUED
     base = LANES + LANE_FIELDS * lane
     tail = s[base + Q_TAIL]
     s[OPS + STRIDE * cap + 2 * s[H_NEDGES] + lane * cap + (tail & (cap - 1))] = slot
     store(s, base + Q_TAIL, tail + 1)
-    fetch_add(s, base + Q_FUTEX, 1)
-    return load(s, base + Q_SLEEPERS) > 0
+    if s[base + Q_SLEEPERS] == 0:  # sleepers register under the lock: none can be missed
+        return False
+    store(s, base + Q_FUTEX, s[base + Q_FUTEX] + 1)
+    return True
 
 
 @njit(nogil=True, cache=True)
@@ -213,6 +219,15 @@ def pop(s, lane):
 
 
 @njit(nogil=True, cache=True)
+def _holds(s, kind, target):
+    if kind == 0:  # token `target` is done
+        return is_done(s, target)
+    if kind == 1:  # `target` ops are done
+        return load(s, H_DONE) >= target
+    return load(s, H_LOW) >= target  # every op below token `target` is done
+
+
+@njit(nogil=True, cache=True)
 def complete(s, slot, failed):
     """Op `slot` finished (`failed`: it or a predecessor failed); release its successors."""
     cap = s[H_CAP]
@@ -247,10 +262,15 @@ def complete(s, slot, failed):
             break
         low += 1
     store(s, H_LOW, low)
-    fetch_add(s, H_DONE, 1)
+    store(s, H_DONE, s[H_DONE] + 1)
+    wake = False
+    if s[H_SLEEPERS] > 0:  # blockers register under the lock; wake them once a wait is over
+        kind = s[H_WAIT_KIND]  # -1: several blockers sleep, wake them all each time
+        if kind < 0 or _holds(s, kind, s[H_WAIT_TARGET]):
+            store(s, H_GEN, s[H_GEN] + 1)
+            wake = True
     unlock(s)
-    fetch_add(s, H_GEN, 1)
-    if load(s, H_SLEEPERS) > 0:
+    if wake:
         futex_wake(s, H_GEN, 1 << 30)
     lane = 0
     while woken:
@@ -265,38 +285,37 @@ def idle(s, lane, since_ns):
     """A worker of `lane` found nothing to do at `since_ns`: spin a little, or, past the spin
     time, sleep on the lane's futex word until something is queued (or 50 ms)."""
     base = LANES + LANE_FIELDS * lane
-    seen = load(s, base + Q_FUTEX)
     if now_ns() - since_ns < s[H_SPIN_NS]:
         for _i in range(64):
-            if load(s, base + Q_FUTEX) != seen or load(s, H_STOP):
+            if load(s, base + Q_HEAD) != load(s, base + Q_TAIL) or load(s, H_STOP):
                 return
             pause()
         sched_yield()
         return
-    fetch_add(s, base + Q_SLEEPERS, 1)
-    if load(s, base + Q_HEAD) == load(s, base + Q_TAIL) and not load(s, H_STOP):
-        futex_wait(s, base + Q_FUTEX, seen, 50_000_000)
-    fetch_add(s, base + Q_SLEEPERS, -1)
+    lock(s)
+    if s[base + Q_HEAD] != s[base + Q_TAIL] or s[H_STOP]:
+        unlock(s)
+        return
+    s[base + Q_SLEEPERS] += 1
+    seen = s[base + Q_FUTEX]
+    unlock(s)
+    futex_wait(s, base + Q_FUTEX, seen, 50_000_000)
+    lock(s)
+    s[base + Q_SLEEPERS] -= 1
+    unlock(s)
 
 
 @njit(nogil=True, cache=True)
 def wake_all(s, lanes):
     """After `H_STOP` is set: wake every sleeping worker and blocker."""
+    lock(s)  # a thread registering to sleep sees the stop, or the bumped word, not neither
     for lane in range(lanes):
-        base = LANES + LANE_FIELDS * lane
-        fetch_add(s, base + Q_FUTEX, 1)
-        futex_wake(s, base + Q_FUTEX, 1 << 30)
-    fetch_add(s, H_GEN, 1)
+        s[LANES + LANE_FIELDS * lane + Q_FUTEX] += 1
+    s[H_GEN] += 1
+    unlock(s)
+    for lane in range(lanes):
+        futex_wake(s, LANES + LANE_FIELDS * lane + Q_FUTEX, 1 << 30)
     futex_wake(s, H_GEN, 1 << 30)
-
-
-@njit(nogil=True, cache=True)
-def _holds(s, kind, target):
-    if kind == 0:  # token `target` is done
-        return is_done(s, target)
-    if kind == 1:  # `target` ops are done
-        return load(s, H_DONE) >= target
-    return load(s, H_LOW) >= target  # every op below token `target` is done
 
 
 @njit(nogil=True, cache=True)
@@ -306,7 +325,9 @@ def wait(s, kind, target, spin_ns, sleep_ns):
     completions' futex word. kind 0: token `target` is done; kind 1: `target` ops are done;
     kind 2: every op below token `target` is done."""
     start = now_ns()
-    while now_ns() - start < spin_ns:
+    # a spinning blocker takes a core: only while one is free of busy workers (on 2 cores, two
+    # workers draining short ops ran no faster than one beside a spinning frontend)
+    while now_ns() - start < spin_ns and load(s, H_BUSY) < s[H_CORES]:
         for _i in range(200):
             if _holds(s, kind, target) or load(s, H_STOP):
                 return _holds(s, kind, target)
@@ -314,9 +335,19 @@ def wait(s, kind, target, spin_ns, sleep_ns):
         sched_yield()
     if sleep_ns <= 0:
         return _holds(s, kind, target)
-    fetch_add(s, H_SLEEPERS, 1)
-    seen = load(s, H_GEN)
-    if not (_holds(s, kind, target) or load(s, H_STOP)):
-        futex_wait(s, H_GEN, seen, sleep_ns)
-    fetch_add(s, H_SLEEPERS, -1)
+    lock(s)
+    if _holds(s, kind, target) or s[H_STOP]:
+        unlock(s)
+        return _holds(s, kind, target)
+    if s[H_SLEEPERS] == 0:  # what it waits for, so a completion wakes it only then
+        s[H_WAIT_KIND], s[H_WAIT_TARGET] = kind, target
+    else:
+        s[H_WAIT_KIND] = -1
+    s[H_SLEEPERS] += 1
+    seen = s[H_GEN]
+    unlock(s)
+    futex_wait(s, H_GEN, seen, sleep_ns)
+    lock(s)
+    s[H_SLEEPERS] -= 1
+    unlock(s)
     return _holds(s, kind, target)
