@@ -17,9 +17,9 @@ ops after it, in Python; `OpError` at the next blocker on a poisoned var and at 
 `delete_var`, the trace, Ctrl-C, close, cancel, interpreter exit and fork (`shutdown`).
 
 Differences, and why:
-- a var's deletion runs on the frontend thread, at its next push or blocker once every op up to
-  the var's last user is done (the table's low-water mark): the pool is Python, and the
-  workers never take the GIL. Memory therefore comes back a few ops late, never early;
+- a var's deletion runs on the frontend thread, at a later push, blocker or `max_inflight` wait
+  once every op using the var is done: the pool is Python, and the workers never take the
+  GIL. Memory therefore comes back a few ops late, never early;
 - a var's last-write token is the analysis's, so `Var` needs no queues; the var objects are
   `realexec.engine.deps.Var` (their `failure` and `data`), or anything hashable;
 - spans of native ops are read out of the table in blocks (`_harvest`), at pushes and when the
@@ -68,7 +68,7 @@ class NativeEngine(shutdown.Ending):
         self._ops: list = [None] * capacity  # per slot: (name, op_id, reads, writes, fn, args)
         self._next = 0  # the next op's token
         self._harvested = 0  # ops below this token have been read out of the table
-        self._frees: deque = deque()  # (last token, fn, args), in order of deletion
+        self._frees: deque = deque()  # (tokens of its users, fn, args), in order of deletion
         self._failures: list[Failure] = []
         self._observed: set[int] = set()
         self._tainted = False  # a var is poisoned: pushes look for inherited failures
@@ -141,8 +141,8 @@ class NativeEngine(shutdown.Ending):
             self.throttle(name, op_id)
         if token - self._harvested >= self._harvest_every and not self._sync:
             self._harvest(token)
-        if self._frees and self._frees[0][0] < self._buf[t.H_LOW]:
-            self._run_frees()
+        if self._frees:
+            self._run_frees(scan=False)
         failed = 0
         if self._tainted and self._inherited(reads, writes) is not None:
             failed = t.FAILED_INHERITED
@@ -189,28 +189,50 @@ class NativeEngine(shutdown.Ending):
             return
         start = perf_counter_ns()
         self._wait(1, self._next - cap + 1)
+        if self._frees:  # the cap bounds memory too: what the finished ops held comes back
+            self._run_frees()
         self._log.append((FRONTEND, "wait", "max_inflight", op_id, start, perf_counter_ns()))
 
     def delete_var(self, var, fn=None, args=()) -> None:
         """Call `fn(*args)` (give the var's memory back) once every op on `var` is done."""
-        last = self._deps.last_use(var)
+        users = self._deps.users(var)
         self._deps.forget(var)
         if fn is None:
             return
-        if self._closed or last is None or last < self._buf[t.H_LOW]:
+        if self._closed or all(map(self._done, users)):
             fn(*args)
         else:
-            self._frees.append((last, fn, args))
+            self._frees.append((users, fn, args))
 
-    def _run_frees(self, every: bool = False) -> None:
-        low, frees = self._buf[t.H_LOW], self._frees
-        while frees and (every or frees[0][0] < low):
-            _, fn, args = frees.popleft()
+    def _done(self, token: int) -> bool:
+        """`table.is_done`, read from Python (cheaper than a compiled call for one token)."""
+        buf = self._buf
+        if token < buf[t.H_LOW]:
+            return True
+        at = t.OPS + (token & (self.cap - 1)) * t.STRIDE
+        return buf[at + t.F_TOKEN] != token or buf[at + t.F_STATE] == t.DONE
+
+    def _run_frees(self, every: bool = False, scan: bool = True) -> None:
+        """Give back the memory of deleted vars whose ops are all done: every pending one
+        (`every`: nothing runs any more), those done (`scan`), or those at the head only (at a
+        push: vars mostly go idle in the order they were dropped; a blocker scans the rest)."""
+        frees, done, left = self._frees, self._done, deque()
+        while frees:
+            users, fn, args = frees.popleft()
+            if not (every or all(map(done, users))):
+                if not scan:
+                    frees.appendleft((users, fn, args))
+                    break
+                left.append((users, fn, args))
+                continue
             try:
                 fn(*args)
             except BaseException as exc:  # reported by wait_all, as a kernel's error would be
                 with self._lock:
                     self._failures.append(Failure("free", -1, exc))
+        if left:
+            left.extend(frees)
+            self._frees = left
 
     # -- blockers ------------------------------------------------------------------------------
     def wait_for_var(self, var) -> None:
