@@ -69,3 +69,25 @@ def test_the_flag_is_a_profile_field_and_the_set_matches_the_worker():
     assert all(worker.native_op(name, {"scalar": 1.0, "value": 0.0}, [(2,), (2,)]) is not None
                for name in COMPILED)
     assert worker.native_op("add", {}, [(2, 2), (2,)]) is None  # broadcasting: Python
+
+
+def blocking_loop(nd, n=5):
+    x = nd.ones((4,))
+    x.wait_to_read()
+    with nd.benchmark("loop"):
+        for _ in range(n):
+            y = x + 1
+            y.wait_to_read()
+    return y
+
+
+def test_a_spinning_idle_worker_takes_its_next_op_without_a_wake_up():
+    """A compiled worker idle for less than idle_spin is still spinning: no dispatch, no wake;
+    past it, it sleeps and the wake-up comes back."""
+    t1, t2, t3, d, n = 1e-5, 1e-4, 2e-5, 3e-5, 5
+    base = dict(name="spin", t1=t1, t3=t3, workers=1, cores=8, dispatch=d, native=1,
+                costs={"cpu:*": Cost(latency=t2)})
+    spinning = predict(blocking_loop, Profile(**base, idle_spin=1e-3), n=n).regions["loop"]
+    asleep = predict(blocking_loop, Profile(**base, idle_spin=1e-6), n=n).regions["loop"]
+    assert spinning == pytest.approx(n * (t1 + t2 + t3), rel=1e-9)
+    assert asleep == pytest.approx(n * (t1 + d + t2 + t3), rel=1e-9)

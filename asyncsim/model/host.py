@@ -56,6 +56,8 @@ what the book's closed forms assume. With a Host:
   does not broadcast is run and completed by compiled code, so it neither takes nor waits for
   the GIL and pays no `gil`, `release` or `recheck`; a worker back from a Python op lets the GIL
   go before it. Other ops (products, convolutions, reductions) come back to Python as before.
+  An idle compiled worker spins `profile.idle_spin` seconds before it sleeps: an op queued
+  meanwhile starts at once, with no `dispatch` and no `wake` for whoever queued it.
 NaiveEngine (`mode='sync'`) runs each op inside its issuing call: no wake-ups, no GIL contest;
 the call returns after the op's `gil` (its completion).
 
@@ -73,10 +75,13 @@ from asyncsim.nd.trace import Span
 
 
 class WakeQueue:
-    """The CPU ready queue: ops in order, and the sleeping workers that a put wakes (one each);
-    `wakes` counts those wake-ups (the thread that put pays `profile.wake` for each)."""
+    """The CPU ready queue: ops in order, and the idle workers that a put hands an op (one each,
+    as (event, idle since)); `wakes` counts those that had fallen asleep (the thread that put
+    pays `profile.wake` for each). A worker idle for less than `idle_spin` is still spinning:
+    it takes the op at once, without a wake-up (the event's value says so)."""
 
-    def __init__(self):
+    def __init__(self, env=None, idle_spin: float = 0.0):
+        self.env, self.idle_spin = env, idle_spin
         self.items: deque = deque()
         self.sleepers: deque = deque()
         self.wakes = 0
@@ -84,8 +89,11 @@ class WakeQueue:
     def put(self, item) -> None:
         self.items.append(item)
         if self.sleepers:
-            self.wakes += 1
-            self.sleepers.popleft().succeed()
+            event, since = self.sleepers.popleft()
+            spinning = self.idle_spin > 0 and self.env.now - since < self.idle_spin
+            if not spinning:
+                self.wakes += 1
+            event.succeed(spinning)
 
 
 class Gil:
@@ -243,6 +251,7 @@ class Host:
         self.blocked = None  # the event the frontend's blocker waits for, while it waits
         self.parts: list[tuple[float, float, float, float]] = []  # position -> split cost
         self.native = bool(profile.native) and not sync
+        self.idle_spin = profile.idle_spin if self.native else 0.0
         self.compiled: list[bool] = []  # position -> run by a compiled worker, without the GIL
         self.queues: dict[str, WakeQueue] = {}  # per CPU device: cpu(0), cpu(1), ...
         self.queue = self.queue_for("cpu")
@@ -250,7 +259,7 @@ class Host:
     def queue_for(self, device: str) -> WakeQueue:
         """The ready queue of CPU device `device` ("cpu", "cpu1", ...)."""
         if device not in self.queues:
-            self.queues[device] = WakeQueue()
+            self.queues[device] = WakeQueue(self.env, self.idle_spin)
         return self.queues[device]
 
     @property
@@ -327,9 +336,9 @@ class Host:
                     core = False
                 while not items:  # asleep until a put wakes us; awake a wake-up later
                     event = env.event()
-                    queue.sleepers.append(event)
-                    yield event
-                    if self.dispatch:
+                    queue.sleepers.append((event, env.now))
+                    spinning = yield event
+                    if self.dispatch and not spinning:
                         yield timeout(self.dispatch)
             if cores is not None and not core:
                 turn = cores.take()

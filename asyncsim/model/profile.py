@@ -83,7 +83,7 @@ _SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int,
             "free": float, "dispatch": float, "wake": float, "gil": float, "release": float,
             "switch": float, "spin": float, "recheck": float, "startup": float,
             "handover": float, "gpu_issue": float, "gpu_wait": float, "gpu_settle": float,
-            "pageable": int, "rss_keep": float, "native": int}
+            "pageable": int, "rss_keep": float, "native": int, "idle_spin": float}
 _MINIMUM = {"workers": 1, "cores": 1, "gpus": 0}
 
 
@@ -122,6 +122,9 @@ class Profile:
     # not broadcast runs and completes without the GIL, and its worker's Python costs (`gil`,
     # `release`, `recheck`) are not paid; other ops still come back to Python and pay them
     native: int = 0
+    # seconds an idle compiled worker spins before it sleeps (with `native`): an op it is handed
+    # meanwhile costs no wake-up
+    idle_spin: float = 0.0
     meta: dict = field(default_factory=dict)
 
     def __post_init__(self):

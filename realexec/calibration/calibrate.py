@@ -94,9 +94,10 @@ from realexec.calibration.measure import (
 )
 from realexec.calibration.microbench import BackgroundLoad  # noqa: F401 -- re-exported
 from realexec.engine.core import Engine, default_workers
+from realexec.engine.native import IDLE_SPIN_S
 from realexec.frontend import machine
 
-VERSION = 10  # bump when what is measured changes: older cache files are then ignored
+VERSION = 11  # bump when what is measured changes: older cache files are then ignored
 
 
 def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
@@ -151,13 +152,14 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
     wake = raw.get("wake", {}).get("wake", 0.0)  # a profile measured before it was
     dispatch = max(0.0, trip["period"] - t1 - wake - raw["free"] - exec_s - t3)
     set_crowding(costs, raw["concurrency"], workers)
+    native = meta.get("engine", "native") == "native"
     return Profile(name=name, t1=t1, t3=t3, workers=workers, cores=default_workers(), gpus=0,
                    costs=costs, free=raw["free"], dispatch=dispatch, wake=wake, gil=gil,
                    release=release,
                    switch=sys.getswitchinterval(), spin=_engine_spin(),
                    recheck=raw["blocked"]["recheck"], startup=fresh["startup"],
                    handover=raw.get("handover", {}).get("handover", 0.0),
-                   native=int(meta.get("engine", "native") == "native"),
+                   native=int(native), idle_spin=IDLE_SPIN_S if native else 0.0,
                    meta=json.loads(json.dumps({**meta, "measurements": raw})))  # as saved
 
 

@@ -71,7 +71,7 @@ def native_op(name: str, attrs: dict, shapes) -> tuple[int, int, float] | None:
     return None
 
 
-@njit(nogil=True, cache=True)
+@njit(cache=True)  # the frontend's: keeps the GIL (see `table.push`)
 def address(flat):
     """The address of a 1-d array's first item (a compiled call: numpy's own costs ~1 us)."""
     return flat.ctypes.data
@@ -99,7 +99,8 @@ def run_native(kind, code, dtype, n, a, b, out, scalar):
 @njit(nogil=True, cache=True)
 def work(s, lane, worker):
     """Run the lane's ready native ops until one needs Python (its slot) or the engine stops
-    (-1). `worker`: this thread's index, stamped on the ops it runs."""
+    (-1). `worker`: this thread's index, stamped on the ops it runs. The thread completes a
+    Python op with `table.finish_and_pop_python`, which keeps the GIL while Python ops follow."""
     idle_since = now_ns()
     busy = False  # counted in H_BUSY (a blocker spins only while a core is left)
     while True:
@@ -143,11 +144,11 @@ def warm_native() -> None:
             t.push(s, slot, slot, 0, kind, ADD, code, 4, a, a, a, 1.0, 0, slot - 1, -1, -1,
                    np.empty(0, np.int64))
         slot = work(s, 0, 0)  # runs the two native ops, hands the Python one back
-        t.complete(s, slot, 0)
-        t.wait(s, 1, 3, 0, 0)
-        t.wait(s, 0, 2, 0, 0)
+        t.finish_and_pop_python(s, 0, slot, 0)
         buf[t.H_STOP] = 1
         work(s, 0, 0)
+        t.wait(s, 1, 3, 0, 0)
+        t.wait(s, 0, 2, 0, 0)
         t.wake_all(s, 1)
         buf, s = t.new_state(16, 0)
     buf[t.H_STOP] = 1  # so the idle wait returns at once

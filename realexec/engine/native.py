@@ -45,6 +45,7 @@ from realexec.engine.deps import Failure, OpError, Var
 from realexec.engine.shutdown import JOIN_S, EngineStopped
 
 _POLL_NS = 50_000_000  # a sleeping blocker returns to Python this often (Ctrl-C gets in)
+IDLE_SPIN_S = 50e-6  # an idle worker spins this long before it sleeps (the model's idle_spin)
 _NONE = np.empty(0, np.int64)
 _BLOCK = 256  # spans are read out of the table this many ops at a time
 
@@ -63,7 +64,7 @@ class NativeEngine(shutdown.Ending):
             raise ValueError(f"capacity must be a power of two, at least 2, got {capacity}")
         self.cap = capacity
         self._harvest_every = min(2 * _BLOCK, capacity // 2)
-        self._buf, self.state = t.new_state(capacity, 50_000, default_workers())
+        self._buf, self.state = t.new_state(capacity, int(IDLE_SPIN_S * 1e9), default_workers())
         self._deps = Deps(finished=_finished_in(self._buf, self.state))  # no cycle to self
         self._ops: list = [None] * capacity  # per slot: (name, op_id, reads, writes, fn, args)
         self._next = 0  # the next op's token
@@ -300,15 +301,18 @@ class NativeEngine(shutdown.Ending):
         state, lane_index = self.state, self._lane_index[lane.name]
         failed = t.at(0, t.F_FAILED)
         while True:
-            slot = work(state, lane_index, index)
+            slot = work(state, lane_index, index)  # lets the GIL go meanwhile
             if slot < 0 or self._stopped is not None:
                 return
-            if self._buf[failed + slot * t.STRIDE]:
-                self._fail_python(slot, inherited=True)
-                t.complete(state, slot, t.FAILED_INHERITED)
-            else:
-                own = self._run_python(slot, label, lane.log)
-                t.complete(state, slot, t.FAILED_OWN if own else 0)
+            while slot >= 0:  # a run of Python ops, the GIL held throughout
+                if self._buf[failed + slot * t.STRIDE]:
+                    self._fail_python(slot, inherited=True)
+                    how = t.FAILED_INHERITED
+                else:
+                    how = t.FAILED_OWN if self._run_python(slot, label, lane.log) else 0
+                slot = t.finish_and_pop_python(state, lane_index, slot, how)
+                if self._stopped is not None:
+                    return
 
     def _run_python(self, slot: int, label: str, log: bool) -> bool:
         """Run a Python op's kernel on this thread; True if it raised (its outputs poisoned)."""

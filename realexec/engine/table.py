@@ -161,11 +161,13 @@ def _link(s, slot, pred):
     s[H_ECOUNT] += 1
 
 
-@njit(nogil=True, cache=True)
+@njit(cache=True)  # keeps the GIL: a release for 1 us per push invited the workers' Python ops
 def push(s, slot, token, lane, kind, code, dtype, n, a, b, out, scalar, failed,
          p0, p1, p2, more):
     """Record op `token` in `slot` and queue it behind its predecessors p0..p2 and `more` (an
-    int64 array; -1 = none). True if it is ready now."""
+    int64 array; -1 = none). True if it is ready now. Called by the frontend, which keeps the
+    GIL through it: releasing it around a call this short only starts GIL hand-overs to worker
+    threads that wait for it (a wake-up each), as a pure-Python push never did."""
     lock(s)
     s[at(slot, F_TOKEN)] = token
     s[at(slot, F_STATE)] = PENDING
@@ -278,6 +280,30 @@ def complete(s, slot, failed):
             futex_wake(s, LANES + LANE_FIELDS * lane + Q_FUTEX, 1)
         woken >>= 1
         lane += 1
+
+
+@njit(cache=True)  # keeps the GIL: a worker thread calls it between Python ops
+def finish_and_pop_python(s, lane, slot, failed):
+    """Complete op `slot` (run in Python), then pop the lane's next ready op if Python must
+    run it too (a Python kernel, or a failed predecessor): its slot, or -1. A thread running
+    a run of Python ops so keeps the GIL across them, as a Python worker does, instead of
+    letting it go (and waiting to take it back) at each."""
+    complete(s, slot, failed)
+    base = LANES + LANE_FIELDS * lane
+    if load(s, base + Q_HEAD) == load(s, base + Q_TAIL):
+        return -1
+    lock(s)
+    head = s[base + Q_HEAD]
+    nxt = -1
+    if head != s[base + Q_TAIL]:
+        cap = s[H_CAP]
+        slot = s[OPS + STRIDE * cap + 2 * s[H_NEDGES] + lane * cap + (head & (cap - 1))]
+        if s[at(slot, F_KIND)] == 0 or s[at(slot, F_FAILED)] != 0:  # 0: a Python kernel
+            store(s, base + Q_HEAD, head + 1)
+            s[at(slot, F_STATE)] = RUNNING
+            nxt = slot
+    unlock(s)
+    return nxt
 
 
 @njit(nogil=True, cache=True)
