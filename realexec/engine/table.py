@@ -37,6 +37,7 @@ from numba import njit
 
 from realexec.engine.atomics import (
     cas,
+    fetch_add,
     futex_wait,
     futex_wake,
     load,
@@ -52,7 +53,7 @@ H_NEXT = 8  # written by the frontend's push
 H_DONE, H_LOW, H_GEN = 16, 17, 18  # written by completions
 H_SLEEPERS, H_WAIT_KIND, H_WAIT_TARGET = 24, 25, 26  # blockers asleep, and what one waits for
 H_STOP, H_CAP, H_NEDGES, H_SPIN_NS, H_CORES = 32, 33, 34, 35, 36  # read-mostly
-H_BUSY = 40  # worker threads running ops now (not idle)
+H_BUSY, H_SPINNING = 40, 41  # worker threads running ops now, and idle ones spinning
 LANES, LANE_FIELDS, MAX_LANES = 48, 8, 16  # a lane's header: a cache line
 Q_HEAD, Q_TAIL, Q_FUTEX, Q_SLEEPERS = range(4)
 OPS = LANES + LANE_FIELDS * MAX_LANES
@@ -312,12 +313,18 @@ def idle(s, lane, since_ns):
     time, sleep on the lane's futex word until something is queued (or 50 ms)."""
     base = LANES + LANE_FIELDS * lane
     if now_ns() - since_ns < s[H_SPIN_NS]:
-        for _i in range(64):
-            if load(s, base + Q_HEAD) != load(s, base + Q_TAIL) or load(s, H_STOP):
-                return
-            pause()
-        sched_yield()
-        return
+        # spin only on a core that neither the frontend nor a busy or spinning worker needs:
+        # two idle workers spinning beside the frontend on two cores made each push 60% dearer
+        others = fetch_add(s, H_SPINNING, 1) + load(s, H_BUSY) + 1
+        if others < s[H_CORES]:
+            for _i in range(64):
+                if load(s, base + Q_HEAD) != load(s, base + Q_TAIL) or load(s, H_STOP):
+                    break
+                pause()
+            fetch_add(s, H_SPINNING, -1)
+            sched_yield()
+            return
+        fetch_add(s, H_SPINNING, -1)
     lock(s)
     if s[base + Q_HEAD] != s[base + Q_TAIL] or s[H_STOP]:
         unlock(s)
