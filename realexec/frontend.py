@@ -156,15 +156,13 @@ class EngineBackend(GpuBackend):
         """Push an op that the compiled CPU worker runs itself, over the buffers' addresses."""
         kind, code, scalar = coded
         data = out.data
-        if not out.ptr:
-            out.ptr = address(data.reshape(-1))
-        a = b = out.ptr
+        a = b = c = out.ptr or _address_of(out)
         if reads:
             a = b = reads[0].ptr or _address_of(reads[0])
             if len(reads) > 1:
                 b = reads[1].ptr or _address_of(reads[1])
-        self.engine.push_native(kind, code, DTYPES[data.dtype], data.size, a, b, out.ptr,
-                                scalar, reads, (out,), op.device, op.name, op.id, t_issue)
+        self.engine.push_native(kind, code, DTYPES[data.dtype], data.size, a, b, c, scalar,
+                                reads, (out,), op.device, op.name, op.id, t_issue)
 
     def sync(self, kind: str, var: int | None):
         start = perf_counter_ns()
@@ -267,6 +265,7 @@ class EngineBackend(GpuBackend):
 
 
 def _address_of(var) -> int:
+    """A CPU var's buffer address, learned once (a compiled call: numpy's own costs ~1 us)."""
     var.ptr = address(var.data.reshape(-1))
     return var.ptr
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_host import blocking_loop  # the same blocker-per-op loop as the host's tests
 
 from asyncsim import Profile, predict
 from asyncsim.model.profile import Cost
@@ -69,16 +70,6 @@ def test_the_flag_is_a_profile_field_and_the_set_matches_the_worker():
     assert all(worker.native_op(name, {"scalar": 1.0, "value": 0.0}, [(2,), (2,)]) is not None
                for name in COMPILED)
     assert worker.native_op("add", {}, [(2, 2), (2,)]) is None  # broadcasting: Python
-
-
-def blocking_loop(nd, n=5):
-    x = nd.ones((4,))
-    x.wait_to_read()
-    with nd.benchmark("loop"):
-        for _ in range(n):
-            y = x + 1
-            y.wait_to_read()
-    return y
 
 
 def test_a_spinning_idle_worker_takes_its_next_op_without_a_wake_up():

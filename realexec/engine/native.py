@@ -65,7 +65,8 @@ class NativeEngine(shutdown.Ending):
         self.cap = capacity
         self._harvest_every = min(2 * _BLOCK, capacity // 2)
         self._buf, self.state = t.new_state(capacity, int(IDLE_SPIN_S * 1e9), default_workers())
-        self._deps = Deps(finished=_finished_in(self._buf, self.state))  # no cycle to self
+        self._done = _done_in(self._buf, capacity)  # a closure: no reference cycle to self
+        self._deps = Deps(finished=self._done)
         self._ops: list = [None] * capacity  # per slot: (name, op_id, reads, writes, fn, args)
         self._next = 0  # the next op's token
         self._harvested = 0  # ops below this token have been read out of the table
@@ -171,7 +172,7 @@ class NativeEngine(shutdown.Ending):
         self._log.append((FRONTEND, "issue", name, op_id, t_issue, start))
         try:
             if failed:
-                self._fail_python(slot, inherited=True)
+                self._fail_python(slot)
             elif kind == PYTHON:
                 self._run_python(slot, self._labels[0], log=True)
             else:
@@ -204,14 +205,6 @@ class NativeEngine(shutdown.Ending):
             fn(*args)
         else:
             self._frees.append((users, fn, args))
-
-    def _done(self, token: int) -> bool:
-        """`table.is_done`, read from Python (cheaper than a compiled call for one token)."""
-        buf = self._buf
-        if token < buf[t.H_LOW]:
-            return True
-        at = t.OPS + (token & (self.cap - 1)) * t.STRIDE
-        return buf[at + t.F_TOKEN] != token or buf[at + t.F_STATE] == t.DONE
 
     def _run_frees(self, every: bool = False, scan: bool = True) -> None:
         """Give back the memory of deleted vars whose ops are all done: every pending one
@@ -306,7 +299,7 @@ class NativeEngine(shutdown.Ending):
                 return
             while slot >= 0:  # a run of Python ops, the GIL held throughout
                 if self._buf[failed + slot * t.STRIDE]:
-                    self._fail_python(slot, inherited=True)
+                    self._fail_python(slot)
                     how = t.FAILED_INHERITED
                 else:
                     how = t.FAILED_OWN if self._run_python(slot, label, lane.log) else 0
@@ -333,7 +326,7 @@ class NativeEngine(shutdown.Ending):
                 self._log.append((label, "exec", name, op_id, start, perf_counter_ns()))
         return False
 
-    def _fail_python(self, slot: int, inherited: bool) -> None:
+    def _fail_python(self, slot: int) -> None:
         """An op whose predecessor failed: it does not run; its outputs carry that failure."""
         name, op_id, reads, writes, fn, args = self._ops[slot]
         failure = self._inherited(reads, writes)
@@ -447,6 +440,7 @@ class NativeEngine(shutdown.Ending):
         self._buf, self.state = buf, state
         self._ops, self._deps = [None] * 2, Deps()
         self.cap = 2
+        self._done = _done_in(buf, 2)
 
     def _orphan(self, why: str) -> None:
         """In a forked child: the workers stayed in the parent; refuse everything with `why`."""
@@ -461,12 +455,16 @@ class NativeEngine(shutdown.Ending):
         return f"NativeEngine({self.mode}, {self.workers} worker(s), {state})"
 
 
-def _finished_in(buf, state):
-    """`Deps`'s test for a finished token, over the table (a closure: a bound method would make
-    a reference cycle that only the cyclic GC frees, and the table is a few MiB)."""
-    low = t.H_LOW
+def _done_in(buf, cap: int):
+    """`table.is_done` for a table of `cap` slots, read from Python through `buf` (cheaper than
+    a compiled call for one token). A closure, not a method: `Deps` keeps it, and a bound
+    method would make a reference cycle that only the cyclic GC frees (the table is MiBs)."""
+    low, mask, state, done = t.H_LOW, cap - 1, t.F_STATE, t.DONE
 
     def finished(token: int) -> bool:
-        return token < buf[low] or bool(t.is_done(state, token))
+        if token < buf[low]:
+            return True
+        at = t.OPS + (token & mask) * t.STRIDE
+        return buf[at + t.F_TOKEN] != token or buf[at + state] == done
 
     return finished

@@ -121,15 +121,21 @@ def is_done(s, token):
     return load(s, at(slot, F_TOKEN)) != token or load(s, at(slot, F_STATE)) == DONE
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _ring(s, lane, i):
+    """Where entry `i` of `lane`'s ready ring is."""
+    cap = s[H_CAP]
+    return OPS + STRIDE * cap + 2 * s[H_NEDGES] + lane * cap + (i & (cap - 1))
+
+
 @njit(nogil=True, cache=True)
 def _enqueue(s, lane, slot):
     """Queue a ready op (the lock held); if a worker of the lane sleeps, bump the lane's futex
     word and return True (the caller wakes it after letting the lock go)."""
-    cap = s[H_CAP]
     s[at(slot, F_STATE)] = QUEUED
     base = LANES + LANE_FIELDS * lane
     tail = s[base + Q_TAIL]
-    s[OPS + STRIDE * cap + 2 * s[H_NEDGES] + lane * cap + (tail & (cap - 1))] = slot
+    s[_ring(s, lane, tail)] = slot
     store(s, base + Q_TAIL, tail + 1)
     if s[base + Q_SLEEPERS] == 0:  # sleepers register under the lock: none can be missed
         return False
@@ -204,8 +210,9 @@ def push(s, slot, token, lane, kind, code, dtype, n, a, b, out, scalar, failed,
 
 
 @njit(nogil=True, cache=True)
-def pop(s, lane):
-    """The slot of a ready op of `lane` (now RUNNING), or -1."""
+def _pop(s, lane, python_only):
+    """The slot of `lane`'s next ready op (now RUNNING), or -1; with `python_only`, only if
+    Python must run it (kind 0, a Python kernel, or a failed predecessor)."""
     base = LANES + LANE_FIELDS * lane
     if load(s, base + Q_HEAD) == load(s, base + Q_TAIL):
         return -1
@@ -213,12 +220,20 @@ def pop(s, lane):
     head = s[base + Q_HEAD]
     slot = -1
     if head != s[base + Q_TAIL]:
-        cap = s[H_CAP]
-        slot = s[OPS + STRIDE * cap + 2 * s[H_NEDGES] + lane * cap + (head & (cap - 1))]
-        store(s, base + Q_HEAD, head + 1)
-        s[at(slot, F_STATE)] = RUNNING
+        slot = s[_ring(s, lane, head)]
+        if python_only and s[at(slot, F_KIND)] != 0 and s[at(slot, F_FAILED)] == 0:
+            slot = -1
+        else:
+            store(s, base + Q_HEAD, head + 1)
+            s[at(slot, F_STATE)] = RUNNING
     unlock(s)
     return slot
+
+
+@njit(nogil=True, cache=True)
+def pop(s, lane):
+    """The slot of a ready op of `lane` (now RUNNING), or -1."""
+    return _pop(s, lane, False)
 
 
 @njit(nogil=True, cache=True)
@@ -290,21 +305,7 @@ def finish_and_pop_python(s, lane, slot, failed):
     a run of Python ops so keeps the GIL across them, as a Python worker does, instead of
     letting it go (and waiting to take it back) at each."""
     complete(s, slot, failed)
-    base = LANES + LANE_FIELDS * lane
-    if load(s, base + Q_HEAD) == load(s, base + Q_TAIL):
-        return -1
-    lock(s)
-    head = s[base + Q_HEAD]
-    nxt = -1
-    if head != s[base + Q_TAIL]:
-        cap = s[H_CAP]
-        slot = s[OPS + STRIDE * cap + 2 * s[H_NEDGES] + lane * cap + (head & (cap - 1))]
-        if s[at(slot, F_KIND)] == 0 or s[at(slot, F_FAILED)] != 0:  # 0: a Python kernel
-            store(s, base + Q_HEAD, head + 1)
-            s[at(slot, F_STATE)] = RUNNING
-            nxt = slot
-    unlock(s)
-    return nxt
+    return _pop(s, lane, True)
 
 
 @njit(nogil=True, cache=True)
