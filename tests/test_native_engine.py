@@ -195,3 +195,22 @@ def test_the_python_engine_is_still_there_as_the_contrast():
     assert trace.meta["engine"] == "python"
     with pytest.raises(ValueError, match="engine must be one of"):
         realexec.run(chains, engine="cpp")
+
+
+def test_memory_comes_back_while_the_frontend_waits():
+    """The frontend frees: asleep in a long waitall it still gives back, op by op, the memory
+    of arrays dropped while their ops were queued (live bytes fall before the last op ends)."""
+    with realexec.session(workers=1) as nd:
+        x = nd.ones((500, 500))
+        nd.waitall()
+        for _ in range(20):
+            y = x * 1.0001 + 0.5  # ~0.2 ms each; dropping y frees it once its ops are done
+        del y
+        nd.waitall()
+        engine = nd._backend.engine
+        ends = [sp.end for sp in engine.spans() if sp.kind == "exec"]
+        last_end = engine.origin_ns + max(ends) * 1e9
+        samples = [(ns, live) for ns, _, live in nd._backend.pools["cpu"].samples]
+    peak = max(live for _, live in samples)
+    assert any(ns < last_end and live < peak - 1_000_000 for ns, live in samples
+               if ns > min(t for t, live in samples if live == peak))

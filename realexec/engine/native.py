@@ -268,16 +268,26 @@ class NativeEngine(shutdown.Ending):
 
     def _wait(self, kind: int, target: int) -> None:
         """Spin without the GIL for spin_s, then sleep in compiled calls of at most 50 ms, so a
-        Ctrl-C gets in between them; EngineStopped if the engine can no longer get there."""
+        Ctrl-C gets in between them; EngineStopped if the engine can no longer get there.
+        While deleted vars wait for their ops, it wakes at each op finished instead and gives
+        their memory back (the frontend is the only thread that frees: memory held through a
+        long waitall made the live-memory curve a plateau where the model's falls)."""
         if self._stopped is not None:
             raise EngineStopped(self._stopped)
-        state = self.state
+        state, buf = self.state, self._buf
         try:
             if t.wait(state, kind, target, self._spin_ns, 0):
                 return
             self._asleep += 1
             try:
-                while not t.wait(state, kind, target, 0, _POLL_NS):
+                while True:
+                    if self._frees:
+                        t.wait(state, t.ANY_DONE, buf[t.H_DONE], 0, _POLL_NS)
+                        self._run_frees()
+                        if t.wait(state, kind, target, 0, 0):
+                            return
+                    elif t.wait(state, kind, target, 0, _POLL_NS):
+                        return
                     if self._stopped is not None:
                         raise EngineStopped(self._stopped)
             finally:
