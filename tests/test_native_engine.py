@@ -198,19 +198,35 @@ def test_the_python_engine_is_still_there_as_the_contrast():
 
 
 def test_memory_comes_back_while_the_frontend_waits():
-    """The frontend frees: asleep in a long waitall it still gives back, op by op, the memory
-    of arrays dropped while their ops were queued (live bytes fall before the last op ends)."""
+    """The frontend frees: asleep in a long waitall it still gives back the memory of arrays
+    dropped while their ops were queued. Two Python ops on the one worker pin the order: the
+    first holds every op back until all are issued, the last holds the waitall open until a
+    watcher sees live bytes fall, so no thread's scheduling can decide the outcome."""
     with realexec.session(workers=1) as nd:
+        engine, pool = nd._backend.engine, nd._backend.pools["cpu"]
         x = nd.ones((500, 500))
         nd.waitall()
+        base = pool.live_bytes
+        first, last, fell = threading.Event(), threading.Event(), threading.Event()
+        engine.push(first.wait, (), (engine.new_var("first"),), args=(30.0,))
         for _ in range(20):
-            y = x * 1.0001 + 0.5  # ~0.2 ms each; dropping y frees it once its ops are done
+            y = x * 1.0001  # one op, ready at once (a second op would queue behind `last`)
+        engine.push(last.wait, (), (engine.new_var("last"),), args=(30.0,))
+        queued = pool.live_bytes - base
         del y
+
+        def watch():
+            first.set()
+            deadline = time.monotonic() + 30.0
+            while time.monotonic() < deadline and pool.live_bytes > base + queued // 4:
+                time.sleep(0.001)
+            if pool.live_bytes <= base + queued // 4:
+                fell.set()
+            last.set()
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
         nd.waitall()
-        engine = nd._backend.engine
-        ends = [sp.end for sp in engine.spans() if sp.kind == "exec"]
-        last_end = engine.origin_ns + max(ends) * 1e9
-        samples = [(ns, live) for ns, _, live in nd._backend.pools["cpu"].samples]
-    peak = max(live for _, live in samples)
-    assert any(ns < last_end and live < peak - 1_000_000 for ns, live in samples
-               if ns > min(t for t, live in samples if live == peak))
+        watcher.join()
+    assert queued == 20 * 500 * 500 * 4  # the float32 ys, none run yet
+    assert fell.is_set(), "live bytes stayed up while the frontend waited on the last op"
