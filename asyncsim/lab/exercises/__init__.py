@@ -7,21 +7,34 @@ check that runs a student's answer and explains the verdict from the trace.
     exercises.reference("12.2-2")           # the worked answer: a workload to read and check
     exercises.reference("12.2-1").demo()    # an open question: text and a demonstration
 
-Keys are the book's numbering: "12.2-1" .. "12.2-4" (English 12.2; the Chinese 8.2's one
-exercise is 12.2-1, also reachable as "8.2-1"), "8.3-1" .. "8.3-3" (Chinese 8.3) and
-"pytorch-1" (the PyTorch edition's page). An answer that is code is a workload
-`workload(nd, **params)`, as the scenarios' are (`asyncsim.lab.scenarios`); each question says
-the parameters its check calls it with.
+Keys are the book's numbering: "8.1-1" .. "8.1-3" (the Chinese 8.1 prints no exercises: these
+are the English 12.1's, also reachable as "12.1-1" ..), "12.2-1" .. "12.2-4" (English 12.2; the
+Chinese 8.2's one exercise is 12.2-1, also reachable as "8.2-1"), "8.3-1" .. "8.3-3" (Chinese
+8.3), "8.4-1" .. "8.4-4" and "8.5-1", "8.5-2" (the English 12.5's and 12.6's, also reachable as
+"12.5-1" .., "12.6-1" ..) and "pytorch-1" (the PyTorch edition's page). An answer that is code
+is a workload `workload(nd, **params)`, as the scenarios' are (`asyncsim.lab.scenarios`); each
+question says the parameters its check calls it with. Where the exercise asks for one function
+(8.4-3's allreduce, 8.4-4's accuracy, 8.5-2's split), the answer is that function, called by
+the check inside its own workload; the question gives its signature.
 
 The registry is built from the modules in `_MODULES`, each with a list `EXERCISES` of
 `Exercise`s (see `base.py`): a chapter's exercises are added as one module, each exercise as one
-entry. Modules: `async_compute` (12.2-1, 12.2-4), `minibatches` (12.2-2, 12.2-3),
-`auto_parallel` (8.3), `pytorch` (the PyTorch page).
+entry. Modules: `hybridize` (8.1), `async_compute` (12.2-1, 12.2-4), `minibatches` (12.2-2,
+12.2-3), `auto_parallel` (8.3), `multi_device_scaling` (8.4-1, 8.4-2, 8.5), `multi_device`
+(8.4-3, 8.4-4), `pytorch` (the PyTorch page).
 """
 
 from __future__ import annotations
 
-from asyncsim.lab.exercises import async_compute, auto_parallel, minibatches, pytorch
+from asyncsim.lab.exercises import (
+    async_compute,
+    auto_parallel,
+    hybridize,
+    minibatches,
+    multi_device,
+    multi_device_scaling,
+    pytorch,
+)
 from asyncsim.lab.exercises.base import (
     Exercise,
     Fail,
@@ -34,7 +47,8 @@ from asyncsim.lab.exercises.base import (
 __all__ = ["EXERCISES", "Exercise", "OpenQuestionError", "Result", "UnknownExerciseError",
            "WorkedAnswer", "check", "get", "list", "reference"]
 
-_MODULES = (async_compute, minibatches, auto_parallel, pytorch)
+_MODULES = (hybridize, async_compute, minibatches, auto_parallel, multi_device_scaling,
+            multi_device, pytorch)
 
 
 def _collect() -> tuple[dict[str, Exercise], dict[str, str]]:
