@@ -22,9 +22,11 @@ def cache(tmp_path_factory):
 
 
 def test_there_is_a_notebook_per_section():
-    """The async computation, automatic parallelism and PyTorch pages each have a notebook."""
+    """Hybridize (8.1), async computation, automatic parallelism, multiple devices (8.4, 8.5)
+    and the PyTorch page each have a notebook."""
     names = {p.stem for p in NOTEBOOKS}
-    assert {"async_computation", "auto_parallel", "pytorch_async"} <= names
+    assert {"hybridize", "async_computation", "auto_parallel", "multi_device",
+            "pytorch_async"} <= names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])

@@ -4,8 +4,9 @@
 `asyncsim book-figures [--out DIR]` command) writes each as PNG and SVG into `out`, by default the
 tracked `figures/`, and a test holds those files to what `make` draws now. Nothing here measures
 this machine: every trace is predicted on the "book" profile (machines A and B of the chapters,
-`asyncsim.model.book`), or "book-zh" where the figure is the Chinese 8.2's, so the figures are
-the same wherever they are drawn (with the same matplotlib).
+`asyncsim.model.book`), or "book-zh" where the figure is the Chinese 8.1's or 8.2's, or
+"book-gpu" for 8.4's and 8.5's (`asyncsim.lab.presets`), so the figures are the same wherever
+they are drawn (with the same matplotlib).
 
 - `dependencies`: the dependency graph of `z = x * y + 2` (12.2.1, Fig. 12.2.2), from its Program;
 - `frontend_backend`: the same four lines on a timeline: the frontend issues, the backend
@@ -15,10 +16,12 @@ the same wherever they are drawn (with the same matplotlib).
   n (t1 + t2 + t3) and max(t1 + n t2, n t1 + t2) + t3, and the book's printed times at n = 1000;
 - `memory`: live memory of 12.2.4's loop with a blocker per batch and without one;
 - `cpu_gpu_parallel`: 8.3.1, ten products on the CPU and ten on the GPU, apart and together;
-- `compute_copy_overlap`: 8.3.2, GPU products and their copies back, apart and overlapped.
+- `compute_copy_overlap`: 8.3.2, GPU products and their copies back, apart and overlapped;
+- `hybridize` (8.1) and `data_parallel` (8.4, 8.5): drawn in `book_figures_training`, registered
+  after the figures above.
 
 A later chapter adds its figure as one entry: `@book_figure("name")` on a function returning a
-Figure (hybridize's before/after and 8.5's one-against-two devices are to come).
+Figure.
 Units: time in milliseconds on the axes, memory in MiB.
 """
 
@@ -32,7 +35,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from asyncsim.lab import plot, scenarios
+from asyncsim.lab import book_figures_training, plot, scenarios
 from asyncsim.model import analytic
 from asyncsim.model.profile import Profile
 from asyncsim.model.simulate import simulate
@@ -173,6 +176,10 @@ def compute_copy_overlap() -> Figure:
                                "both overlapped (book profile)")
 
 
+book_figure("hybridize")(book_figures_training.hybridize)
+book_figure("data_parallel")(book_figures_training.data_parallel)
+
+
 def readme() -> str:
     """The folder's README.md: what each figure shows and how the folder is made."""
     import matplotlib
@@ -180,7 +187,8 @@ def readme() -> str:
     rows = "\n".join(f"| `{name}` | {' '.join(draw.__doc__.split())} |"
                      for name, draw in FIGURES.items())
     return (f"# figures\n\nThe textbook's figures, drawn by the model from the chapters' own "
-            f"profiles (`book`, `book-zh`), so they are the same on every machine. "
+            f"profiles (`book`, `book-zh`, `book-gpu`), so they are the same on every "
+            f"machine. "
             f"`asyncsim book-figures` draws them again (PNG and SVG), and the tests check that "
             f"this folder matches what it draws. Measured figures are machine-specific: "
             f"`asyncsim figures --out DIR` writes them where you say.\n\nDrawn with "
