@@ -144,3 +144,20 @@ def test_the_model_runs_cpu_devices_as_lanes_of_their_own():
     one = asyncsim.predict(work, profile, devices=1)
     assert {s.lane for s in two.spans} >= {"cpu/w0", "cpu1/w0"}
     assert two.regions["products"] == pytest.approx(one.regions["products"] / 2, rel=0.05)
+
+
+@pytest.mark.parametrize("name", ["lenet_1gpu", "lenet_2gpu", "resnet18_2gpu"])
+def test_epochs_extrapolated_from_a_few_batches_match_the_whole_epoch(name, capsys):
+    """The book table's epochs come from 2 and 4 simulated batches: within 1% of simulating
+    all 12 batches of each of two epochs (ResNet-18 at a small batch, to keep it short)."""
+    sc = asyncsim.lab.scenarios.get(name)
+    profile = asyncsim.Profile.preset(sc.book_profile).replace(gpus=sc.num_gpus)
+    batch = 256 if "lenet" in name else 32
+    params = dict(epochs=2, batch_size=batch, num_train=12 * batch, num_test=batch)
+    estimated = sc.predict_regions(profile, **params)
+    whole = asyncsim.simulate(sc.record(**params), profile).regions
+    assert set(estimated) == {"epoch 1", "epoch 2"}
+    for label, seconds in estimated.items():
+        assert seconds == pytest.approx(whole[label], rel=0.01)
+    few = asyncsim.simulate(sc.record(**{**params, "num_train": 4 * batch}), profile).regions
+    assert estimated["epoch 2"] > 2.5 * few["epoch 2"]  # it did scale up, 12 batches against 4

@@ -44,6 +44,10 @@ class Scenario:
     measured_only: tuple[str, ...] = ()  # regions of plain-numpy work: a prediction sees none
     measure: dict = field(default_factory=dict)  # overrides of `params` for real runs (below)
     book_profile: str = ""  # the book machine's preset; "" = the one book_source (or section) names
+    # (scenario, profile, **overrides) -> {region: seconds}: the regions predicted without
+    # simulating the whole run, for runs too long to simulate in a report (data_parallel's
+    # epochs, extrapolated from a few batches); None: simulate it all
+    estimate: Callable | None = None
 
     def __post_init__(self):
         if self.devices not in DEVICES:
@@ -74,6 +78,15 @@ class Scenario:
                             f"it takes: {', '.join(self.params) or 'none'}")
         base.update(overrides)
         return base
+
+    def predict_regions(self, profile, **overrides) -> dict[str, float]:
+        """Each region's predicted seconds on `profile` at the book's sizes (with overrides):
+        by `estimate` where the scenario has one, else by simulating the whole program."""
+        if self.estimate is not None:
+            return self.estimate(self, profile, **overrides)
+        from asyncsim.model.simulate import simulate
+
+        return dict(simulate(self.record(**overrides), profile).regions)
 
     def record(self, quick: bool = False, **overrides):
         """The scenario's Program, recorded without data."""
