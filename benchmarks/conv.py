@@ -20,7 +20,8 @@ import time
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from realexec.cpu.kernels import KERNELS, set_blas_threads, warmup
+from realexec.cpu.kernels import KERNELS, set_blas_threads
+from realexec.cpu.warm import warmup
 
 SHAPES = {
     "lenet conv1": ((256, 1, 28, 28), (6, 1, 5, 5), (1, 1), (2, 2)),

@@ -20,6 +20,7 @@ import numpy as np
 import threadpoolctl
 
 from realexec.cpu import kernels as cpu
+from realexec.cpu.warm import warmup
 
 
 def best_times(kernel, reference, repeat):
@@ -94,7 +95,7 @@ def main():
         print(f"threadpool: {info.get('internal_api')} {info.get('version')} "
               f"threads={info.get('num_threads')} arch={info.get('architecture')} "
               f"{os.path.basename(info.get('filepath', ''))}")
-    cpu.warmup((args.dtype,))
+    warmup((args.dtype,))
     print(f"\n{args.n}x{args.n} {args.dtype}, best of {args.repeat}")
     print(f"{'case':32s} {'kernel s':>11s} {'numpy s':>11s} {'numpy/kernel':>12s}")
     for label, kernel, reference in cases(args.n, args.dtype):

@@ -115,3 +115,35 @@ assert measured > 1, "hybridized forwards should run faster on this machine too"
 print(f"passed: hybridize() speeds the loop up {on_book:.1f}x predicted on the book's machine "
       f"(the book measured {book:.1f}x), {predicted:.1f}x predicted here and {measured:.1f}x "
       f"measured here")
+
+# %% [markdown]
+# ## Exercises
+#
+# `exercises.check(key, answer)` runs your answer and says why it passes or not;
+# `exercises.reference(key)` is a worked answer. The first two are open questions: read the
+# worked answer, then run its demonstration (it runs here, on the engine).
+
+# %%
+from asyncsim import exercises  # noqa: E402
+
+for key, title in exercises.list().items():
+    if key.startswith("8.1-"):
+        print(f"{key}: {title}")
+
+# %%
+for key in ("8.1-1", "8.1-2"):
+    worked = exercises.reference(key)
+    print(f"--- {key}\n{worked.text}\n\n{worked.demo()}\n")
+
+# %% [markdown]
+# ### 8.1-3
+# Rewrite a model of an earlier chapter as HybridBlocks: is it faster? Your answer is a workload
+# `workload(nd, hybridize, num_batches)` timing a region 'predict'; the check runs it both ways
+# on the 8.1 machine's profile. The reference is LeNet predicting one image at a time.
+
+# %%
+answer = exercises.reference("8.1-3")
+print(inspect.getsource(answer))
+result = exercises.check("8.1-3", answer)
+print(result)
+assert result.passed

@@ -147,3 +147,41 @@ print(f"passed: the model predicts LeNet slower on two GPUs ({lenet[0]:.2f} s ->
       f"{lenet[1]:.2f} s an epoch; the book: {book_lenet[0]:.1f} s -> {book_lenet[1]:.1f} s) "
       f"and ResNet-18 faster ({resnet[0]:.1f} s -> {resnet[1]:.1f} s; the book: "
       f"{book_resnet[0]:.1f} s -> {book_resnet[1]:.1f} s)")
+
+# %% [markdown]
+# ## Exercises
+#
+# `exercises.check(key, answer)` runs your answer and says why it passes or not;
+# `exercises.reference(key)` is a worked answer. GPU questions are checked on the model (this
+# machine needs no GPU); those whose answer computes values also run it here on CPU devices.
+
+# %%
+from asyncsim import exercises  # noqa: E402
+
+for key, title in exercises.list().items():
+    if key.startswith(("8.4-", "8.5-")):
+        print(f"{key}: {title}")
+
+# %% [markdown]
+# ### 8.4-3
+# A faster allreduce: your answer is a function `allreduce(grads)` taking, per parameter, the
+# list of its gradients on every device, leaving the sum in each. Here is the section's own,
+# which the check refuses (it is the baseline to beat), then the worked answer.
+
+# %%
+print(exercises.check("8.4-3", allreduce_lists := exercises.reference("8.4-3")))
+from asyncsim.lab.exercises.multi_device import section_allreduce  # noqa: E402
+
+print(exercises.check("8.4-3", section_allreduce))
+print(inspect.getsource(allreduce_lists))
+
+# %% [markdown]
+# ### 8.4-1, 8.4-4 and 8.5-2
+# Scale the minibatch with the number of GPUs; compute test accuracy on every GPU; divide a
+# minibatch between two GPUs and the CPU. Each reference answer, checked:
+
+# %%
+for key in ("8.4-1", "8.4-4", "8.5-2"):
+    result = exercises.check(key, exercises.reference(key))
+    print(f"{key}: {result}")
+    assert result.passed

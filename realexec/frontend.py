@@ -47,7 +47,8 @@ from asyncsim.nd.ops import COMPILED
 from asyncsim.nd.record import check_params, check_workload
 from asyncsim.nd.trace import Span, Trace
 from realexec.cpu import kernels as cpu
-from realexec.cpu.worker import DTYPES, address, native_op, warm_native
+from realexec.cpu.warm import warm_all
+from realexec.cpu.worker import DTYPES, address, native_op
 from realexec.engine.core import FRONTEND, Engine, default_workers
 from realexec.engine.deps import Var
 from realexec.engine.memory import Pool, RssProbe
@@ -397,8 +398,7 @@ def session(workers: int | None = None, mode: str = "async", max_inflight: int |
     every op, and warns of a failure no blocker reported."""
     global _warm
     if not _warm:  # compile (or load from numba's cache) before any timing starts
-        cpu.warmup(("float32", "float64"))
-        warm_native()
+        warm_all(("float32", "float64"))
         _warm = True
     if device not in ("cpu", "gpu"):
         raise ValueError(f"device must be 'cpu' or 'gpu' (where arrays made without a ctx "

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from asyncsim.nd.ops import INPLACE, OPS, infer
-from realexec.cpu.kernels import KERNELS, set_blas_threads, warmup
+from realexec.cpu.kernels import KERNELS, set_blas_threads
 
 DTYPES = st.sampled_from(["float32", "float64"])
 RTOL = {"float32": 1e-6, "float64": 1e-13}
@@ -59,11 +59,6 @@ def one_array(draw, min_dims=0, low=-1e3, high=1e3):
 def test_every_op_has_a_kernel():
     """The kernel table covers exactly the op vocabulary."""
     assert set(KERNELS) == set(OPS)
-
-
-def test_warmup_runs_for_both_dtypes():
-    """warmup() compiles (or loads) every kernel without error for float32 and float64."""
-    warmup(("float32", "float64"))
 
 
 def test_set_blas_threads_limits_blas():

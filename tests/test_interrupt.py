@@ -26,6 +26,7 @@ PRELUDE = """
 import atexit, sys, time
 import realexec
 from realexec.cpu import kernels as cpu
+from realexec.cpu import warm
 
 N = 3000
 ran = [0]
@@ -159,7 +160,7 @@ def test_ctrl_c_in_the_cli_is_one_line_and_status_130():
 
         # compile the kernels first: a SIGINT that lands inside numba's first compilation (a
         # fresh clone has no cache) is raised in an llvmlite callback, which can crash the process
-        cpu.warmup()
+        warm.warmup()
         real_run = cli._run
 
         def announced(*args, **kwargs):

@@ -187,11 +187,9 @@ def _warmup_params(sc, profile, params, pred):
 
 
 def compare_one(sc, profile, out: Path | None, quick: bool, workers=None, progress=None,
-                formats=("png", "svg")):
-    """Predict and run one scenario; write its traces and figure (in `formats`); return (rows,
-    pred, meas)."""
-    from asyncsim.lab import plot
-
+                formats=("png", "svg"), draw: bool = True):
+    """Predict and run one scenario; write its traces and (with `draw`) its figure in `formats`;
+    return (rows, pred, meas)."""
     params = sc.kwargs(quick, measure=True)
     # what the workload prints (its `print(z)` blockers) would bury the tables
     with contextlib.redirect_stdout(io.StringIO()):
@@ -209,12 +207,22 @@ def compare_one(sc, profile, out: Path | None, quick: bool, workers=None, progre
         pred.to_chrome(out / "traces" / f"{sc.name}.predicted.json")
         if meas is not None:
             meas.to_chrome(out / "traces" / f"{sc.name}.measured.json")
-            fig = plot.side_by_side(pred, meas, title=f"{sc.name} (d2l {sc.section.split()[0]})")
-        else:
-            fig = plot.timeline(pred, title=f"{sc.name} (predicted only: no GPU here, "
-                                            f"profile {profile.name})")
-        plot.save(fig, out / sc.name, formats)
+        if draw:
+            draw_one(sc, profile, pred, meas, out, formats)
     return rows, pred, meas
+
+
+def draw_one(sc, profile, pred, meas, out: Path, formats=("png", "svg")) -> list[Path]:
+    """The scenario's figure: predicted and measured timelines side by side, or the prediction
+    alone (`meas` None: no GPU here); the paths written."""
+    from asyncsim.lab import plot
+
+    if meas is not None:
+        fig = plot.side_by_side(pred, meas, title=f"{sc.name} (d2l {sc.section.split()[0]})")
+    else:
+        fig = plot.timeline(pred, title=f"{sc.name} (predicted only: no GPU here, "
+                                        f"profile {profile.name})")
+    return plot.save(fig, out / sc.name, formats)
 
 
 def _compare_names(args) -> list[str]:

@@ -137,6 +137,7 @@ def warm_native() -> None:
     """Compile (or load from numba's cache) the worker loop and the table's functions, by
     running one op of each kind through a small table."""
     buf, s = t.new_state(16, 0)
+    t.at(0, t.F_FAILED)  # the engine's thread asks it once, outside the loop
     for dtype, code in DTYPES.items():  # dtype objects: `.name` costs a microsecond
         x = np.ones(4, dtype)
         a = address(x)
