@@ -40,7 +40,9 @@ class Settings:
     compute_size: int  # elements of the compute-bound op run on W workers at once
     fresh_rounds: int  # fresh sessions per blocker size (start-up, cold blockers)
     recheck_size: int  # elements of the ops of the backlog a blocked frontend waits for
-    # seconds between the rounds of a per-op microbenchmark (realexec.calibration.steady.central)
+    # seconds between the rounds of a per-op microbenchmark (realexec.calibration.steady.central),
+    # the cores kept busy meanwhile: 0.1 s spreads a microbenchmark's rounds over a second or
+    # more of this machine's swings; 0.2 s did too, at 18 s of a 41 s calibration
     spread: float
     # the training ops (realexec.calibration.training): elements of the memory-bound ones'
     # arrays, and the convolutions' (batch, channels, side, filters, kernel, stride, pad)
@@ -56,7 +58,7 @@ FULL = Settings(sizes=(2**10, 2**13, 2**16, 2**18, 2**20, 2**21, 2**22, 2**23),
                 dot_sides=(32, 64, 128, 256, 512, 1024), gemv_sides=(128, 512, 2048),
                 repeats=5, sweeps=3, issue_ops=300, loops=15, roundtrips=200,
                 blocker_sizes=(2**4, 2**12, 2**18, 2**21), crowd_sizes=(2**20, 2**22),
-                compute_size=2**20, fresh_rounds=3, recheck_size=2**13, spread=0.2,
+                compute_size=2**20, fresh_rounds=3, recheck_size=2**13, spread=0.1,
                 # 2**22: past the last cache, as the training scenarios' activations are
                 op_sizes=(2**10, 2**13, 2**16, 2**19, 2**21, 2**22),
                 # 8.4's LeNet layers (and a small batch), ResNet's 3x3 blocks on shrinking
