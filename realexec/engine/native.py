@@ -45,6 +45,10 @@ from realexec.engine.deps import Failure, OpError, Var
 from realexec.engine.shutdown import JOIN_S, EngineStopped
 
 _POLL_NS = 50_000_000  # a sleeping blocker returns to Python this often (Ctrl-C gets in)
+# ... and this often while dropped arrays wait for their ops, to give back what is done (waking
+# at every op finished instead took the GIL between every two ops of a worker's Python run:
+# 8.1's imperative MLP ran 4x slower)
+_FREE_POLL_NS = 1_000_000
 IDLE_SPIN_S = 50e-6  # an idle worker spins this long before it sleeps (the model's idle_spin)
 _NONE = np.empty(0, np.int64)
 _BLOCK = 256  # spans are read out of the table this many ops at a time
@@ -269,12 +273,12 @@ class NativeEngine(shutdown.Ending):
     def _wait(self, kind: int, target: int) -> None:
         """Spin without the GIL for spin_s, then sleep in compiled calls of at most 50 ms, so a
         Ctrl-C gets in between them; EngineStopped if the engine can no longer get there.
-        While deleted vars wait for their ops, it wakes at each op finished instead and gives
-        their memory back (the frontend is the only thread that frees: memory held through a
-        long waitall made the live-memory curve a plateau where the model's falls)."""
+        While deleted vars wait for their ops, it wakes every millisecond instead and gives
+        back the memory of those done (the frontend is the only thread that frees: memory held
+        through a long waitall made the live-memory curve a plateau where the model's falls)."""
         if self._stopped is not None:
             raise EngineStopped(self._stopped)
-        state, buf = self.state, self._buf
+        state = self.state
         try:
             if t.wait(state, kind, target, self._spin_ns, 0):
                 return
@@ -282,9 +286,9 @@ class NativeEngine(shutdown.Ending):
             try:
                 while True:
                     if self._frees:
-                        t.wait(state, t.ANY_DONE, buf[t.H_DONE], 0, _POLL_NS)
+                        done = t.wait(state, kind, target, 0, _FREE_POLL_NS)
                         self._run_frees()
-                        if t.wait(state, kind, target, 0, 0):
+                        if done:
                             return
                     elif t.wait(state, kind, target, 0, _POLL_NS):
                         return

@@ -64,7 +64,6 @@ OPS = LANES + LANE_FIELDS * MAX_LANES
 STRIDE = 24
 PENDING, QUEUED, RUNNING, DONE = 1, 2, 3, 4
 FAILED_OWN, FAILED_INHERITED = 1, 2
-ANY_DONE = 3  # `wait`'s kind for "any op finished" (the other kinds: see `wait`)
 EDGES_PER_OP = 4  # the edge pool: a successor list entry per dependency in flight
 
 
@@ -243,8 +242,6 @@ def _holds(s, kind, target):
         return is_done(s, target)
     if kind == 1:  # `target` ops are done
         return load(s, H_DONE) >= target
-    if kind == ANY_DONE:  # an op finished since the done count was `target`
-        return load(s, H_DONE) != target
     return load(s, H_LOW) >= target  # every op below token `target` is done
 
 
@@ -360,8 +357,7 @@ def wait(s, kind, target, spin_ns, sleep_ns):
     """Until the condition holds (True) or about spin_ns + sleep_ns pass (False): spin with
     `pause` (a `sched_yield` every ~5 us, so a worker sharing this core runs), then sleep on the
     completions' futex word. kind 0: token `target` is done; kind 1: `target` ops are done;
-    kind 2: every op below token `target` is done; ANY_DONE: the done count is no longer
-    `target`."""
+    kind 2: every op below token `target` is done."""
     start = now_ns()
     # a spinning blocker takes a core: only while one is free of busy workers (on 2 cores, two
     # workers draining short ops ran no faster than one beside a spinning frontend)
