@@ -60,6 +60,13 @@ def _measure(workload, workers, **params):
     return sorted(traces, key=lambda t: t.duration)[1].from_first_event()
 
 
+def _best_regions(workload, workers, **params) -> dict[str, float]:
+    """Each region's fastest of three runs (after a warm-up): two regions of ~4 ms that cost
+    the same ordered themselves by up to 1.13x in one median run under CI's load."""
+    traces = _runs(workload, workers, **params)
+    return {label: min(t.regions[label] for t in traces) for label in traces[0].regions}
+
+
 def _runs(workload, workers, **params):
     traces = []
     enabled = gc.isenabled()
@@ -103,8 +110,8 @@ def test_sync_vs_async_loop(profile):
     tiny = dict(n=200, shape=(1, 2))
     pred = _predict(loop, profile, **tiny)
     assert pred.regions["asynchronous."] <= pred.regions["synchronous."]
-    meas = _measure(loop, profile.workers, **tiny)
-    assert meas.regions["asynchronous."] <= NOISE * meas.regions["synchronous."], meas.regions
+    best = _best_regions(loop, profile.workers, **tiny)
+    assert best["asynchronous."] <= NOISE * best["synchronous."], best
 
 
 MLP = dict(num_batches=20, batch_size=256, num_inputs=256, num_hiddens=(512, 256))
