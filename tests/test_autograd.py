@@ -319,6 +319,21 @@ def test_batch_norm(nd, shape, seed):
     check(nd, bn, [x, gamma, beta], rtol=1e-4, atol=1e-5, seed=seed)
 
 
+@SETTINGS
+@given(shape=st.sampled_from([(2, 1), (3, 2), (2, 2, 2, 2), (1, 3, 2, 1)]), seed=seeds)
+def test_batch_norm_with_running_statistics(nd, shape, seed):
+    """Inference-mode batch norm (use_global_stats): the data's, gamma's and beta's gradients,
+    the running mean and variance held fixed."""
+    c = shape[1]
+    x, gamma, beta, mean, var = normal(seed, shape, (c,), (c,), (c,), (c,))
+
+    def bn(F, data, g, b):
+        return F.invoke("batch_norm_infer", data, g, b, F.array(mean, dtype="float64"),
+                        F.array(np.abs(var) + 0.5, dtype="float64"), eps=1e-5)
+
+    check(nd, bn, [x, gamma, beta], rtol=1e-4, atol=1e-5, seed=seed)
+
+
 def test_every_differentiable_op_is_checked():
     """The tests above cover exactly the ops that define a gradient (a new op's gradient
     needs a test here)."""
@@ -326,7 +341,7 @@ def test_every_differentiable_op_is_checked():
                "mul_scalar", "div_scalar", "rdiv_scalar", "relu", "sigmoid", "tanh", "dot",
                "sum", "mean", "norm", "sum_axis", "broadcast_to", "reshape", "slice", "cast",
                "copy", "copyto", "conv2d", "pool2d", "softmax", "log_softmax", "softmax_ce",
-               "batch_norm"}
+               "batch_norm", "batch_norm_infer"}
     assert {name for name, d in OPS.items() if d.grad is not None} == covered
 
 

@@ -213,6 +213,20 @@ def _g_batch_norm(F, x, out, g, attrs):
             F.invoke("sum_axis", g, axis=others, keepdims=False))
 
 
+def _g_batch_norm_infer(F, x, out, g, attrs):
+    # the running statistics are fixed (MXNet's use_global_stats, its aux states: no gradient),
+    # so the op is affine in x: x's gradient is the op itself on g with beta and mean zero;
+    # gamma's is g times the normalised x and beta's is g, each summed per channel
+    data, gamma, _, mean, var = x
+    zeros = F.zeros(gamma.shape, ctx=gamma.context, dtype=gamma.dtype)
+    ones = F.ones(gamma.shape, ctx=gamma.context, dtype=gamma.dtype)
+    others = tuple(i for i in range(len(data.shape)) if i != 1)
+    normalised = F.invoke("batch_norm_infer", data, ones, zeros, mean, var, eps=attrs["eps"])
+    return (F.invoke("batch_norm_infer", g, gamma, zeros, zeros, var, eps=attrs["eps"]),
+            F.invoke("sum_axis", g * normalised, axis=others, keepdims=False),
+            F.invoke("sum_axis", g, axis=others, keepdims=False), None, None)
+
+
 def _check_conv_grad_shapes(rule):
     def checked(shapes, attrs):
         if any(len(s) != 4 for s in shapes):
@@ -255,7 +269,8 @@ DEFS = [
     OpDef("batch_norm_infer", 5, "nn",
           lambda shapes, attrs: (_channels("batch_norm_infer", shapes[0], *shapes[1:],
                                            shapes=shapes), shapes[0])[1],
-          _per_input(4), "batch normalisation with running statistics (x, gamma, beta, mean, var)"),
+          _per_input(4), "batch normalisation with running statistics (x, gamma, beta, mean, var)",
+          _g_batch_norm_infer),
     OpDef("bn_update", 2, "nn", _bn_update, _per_input(3),
           "in place: a running statistic moves towards the batch's (inputs running, x)"),
 ]
