@@ -29,7 +29,9 @@ that 8.4's allreduce and SGD are the chapter's own Python, so they pay t1 per op
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import math
 
 from asyncsim.model import book
@@ -57,7 +59,8 @@ def _batch_ops(name: str) -> list[Op]:
 
     scenario = scenarios.get(name)
     batch = scenario.params["batch_size"]
-    program = scenario.record(epochs=1, num_train=batch, num_test=batch)
+    with contextlib.redirect_stdout(io.StringIO()):  # the chapter's prints: not the preset's
+        program = scenario.record(epochs=1, num_train=batch, num_test=batch)
     ops, inside = [], False
     for ins in program.instrs:
         if isinstance(ins, Mark) and ins.label == "epoch 1":

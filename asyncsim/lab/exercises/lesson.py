@@ -35,10 +35,11 @@ def _quiet(run):
         return run()
 
 
-def against_book(name: str, profile: str = "book") -> str:
-    """The chapter's printed times against the prediction of `profile` at the book's sizes."""
+def against_book(name: str, profile: str | None = None) -> str:
+    """The chapter's printed times against the prediction of `profile` (by default the preset
+    of the book machine that printed them) at the book's sizes."""
     sc = scenarios.get(name)
-    prof = Profile.preset(profile)
+    prof = _quiet(lambda: Profile.preset(profile or sc.book_profile))
     if prof.gpus < sc.num_gpus:
         prof = prof.replace(gpus=sc.num_gpus)
     trace = _quiet(lambda: simulate(sc.record(), prof))
