@@ -9,6 +9,7 @@ machine, on the engine at small sizes; no assertion here depends on a measured t
 """
 
 import pytest
+from test_exercises_training import WRONG as TRAINING_WRONG  # 8.1, 8.4 and 8.5's wrong answers
 
 from asyncsim import exercises
 from asyncsim.lab.scenarios.auto_parallel import independent_products, small_ops
@@ -23,8 +24,7 @@ from asyncsim.lab.scenarios.pytorch_async import torch_warmup
 
 KEYS = ["8.1-1", "8.1-2", "8.1-3", "12.2-1", "12.2-2", "12.2-3", "12.2-4", "8.3-1", "8.3-2",
         "8.3-3", "8.4-1", "8.4-2", "8.4-3", "8.4-4", "8.5-1", "8.5-2", "pytorch-1"]
-# 8.1, 8.4 and 8.5 are checked in test_exercises_training.py
-GRADED = [k for k in KEYS if k[:3] not in ("8.1", "8.4", "8.5") and k != "12.2-1"]
+GRADED = [k for k in KEYS if exercises.get(k).graded]
 
 
 # -- plausible wrong answers ----------------------------------------------------------------------
@@ -186,6 +186,7 @@ WRONG = [
     ("pytorch-1", torch_region_waits, "waits (waitall)"),
     ("12.2-2", broken, "your workload raised"),
     ("8.3-1", "not a function", "workload must be a function"),
+    *TRAINING_WRONG,
 ]
 
 
@@ -213,7 +214,7 @@ def test_wrong_answer_fails_with_its_reason(key, answer, words):
     """A plausible wrong answer fails, and the reason names what went wrong."""
     result = exercises.check(key, answer)
     assert not result.passed
-    assert words in result.reason
+    assert words in result.reason, result.reason
 
 
 def test_overlap_reason_names_the_batches():

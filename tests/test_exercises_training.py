@@ -1,6 +1,7 @@
-"""The exercises of 8.1 (hybridize), 8.4 and 8.5 (multi-GPU training): every reference answer
-passes, plausible wrong answers fail with a reason that names what went wrong, and each open
-question's demonstration runs and shows what its worked answer says.
+"""The exercises of 8.1 (hybridize), 8.4 and 8.5 (multi-GPU training): their plausible wrong
+answers (`WRONG`, which test_exercises.py runs with the other chapters', beside every reference
+answer), and what only these check: a split that leaves the CPU idle, the English keys, and each
+open question's demonstration, which runs and shows what its worked answer says.
 
 The wrong answers are what a student might write: a net that hybridize cannot trace, batches
 too large to gain from it, the chapter's minibatch left split, the section's allreduce or one
@@ -21,7 +22,6 @@ from asyncsim.lab.exercises.hybridize import lenet_predict
 from asyncsim.lab.exercises.multi_device import section_allreduce
 from asyncsim.lab.scenarios.data_parallel import lenet_data_parallel, split_and_load
 
-GRADED = ["8.1-3", "8.4-1", "8.4-3", "8.4-4", "8.5-2"]
 OPEN = ["8.1-1", "8.1-2", "8.4-2", "8.5-1"]
 
 
@@ -251,23 +251,6 @@ WRONG = [
 
 
 # -- tests ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("key", GRADED)
-def test_reference_answer_passes(key):
-    """The reference answer passes, with a reason and the traces it was read from."""
-    result = exercises.check(key, exercises.reference(key))
-    assert result.passed, result.reason
-    assert len(result.reason) > 40 and result.traces
-
-
-@pytest.mark.parametrize("key, answer, words", WRONG,
-                         ids=[f"{k}-{a.__name__}" for k, a, _ in WRONG])
-def test_wrong_answer_fails_with_its_reason(key, answer, words):
-    """A plausible wrong answer fails, and the reason names what went wrong."""
-    result = exercises.check(key, answer)
-    assert not result.passed
-    assert words in result.reason, result.reason
-
-
 def test_a_split_that_leaves_the_cpu_idle_passes_and_says_so():
     """8.5-2: "not worth the effort" is an answer: the GPUs alone pass, and the reason says the
     CPU was left idle; the reference's split, which gives the CPU a share, is faster."""
