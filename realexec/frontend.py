@@ -34,6 +34,7 @@ are still counted), `trace=N` the last ~N of each.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import platform
@@ -59,7 +60,8 @@ from realexec.gpu.device import check_gpu
 from realexec.gpu.vars import StreamVar, after_device, host_wait
 
 _RSS_EVERY_NS = 10_000_000
-ENGINES = {"native": NativeEngine, "python": Engine}
+ENGINES = {"native": NativeEngine, "native-pinned": functools.partial(NativeEngine, pin=True),
+           "python": Engine}
 _KERNELS = dict(cpu.KERNELS)  # as shipped: the native worker runs these ops itself
 _warm = False
 
@@ -388,10 +390,13 @@ def session(workers: int | None = None, mode: str = "async", max_inflight: int |
     BLAS gets cores // workers threads meanwhile (so W concurrent products do not oversubscribe
     the cores; all cores in sync mode), and its previous setting is restored when the last open
     session ends (`blas_threads`). `engine`: "native" (`realexec.engine.native`: compiled
-    workers run elementwise ops without the GIL) or "python" (`realexec.engine.core`: Python
-    worker threads, the contrast the chapters draw). The objects that exist when the session
-    starts are moved out of the cyclic GC's way until it ends (`frozen_gc`). `trace`: True
-    records everything, False no spans, samples or marks, N the last ~N of each.
+    workers run elementwise ops without the GIL), "native-pinned" (the same, each CPU worker
+    pinned to a core: two workers drain independent small ops twice as fast as one, but a loop
+    of small ops pushed one by one runs slower, the frontend sharing a worker's core) or
+    "python" (`realexec.engine.core`: Python worker threads, the contrast the chapters draw).
+    The objects that exist when the session starts are moved out of the cyclic GC's way until it
+    ends (`frozen_gc`). `trace`: True records everything, False no spans, samples or marks, N
+    the last ~N of each.
 
     Leaving the block by an exception (Ctrl-C included) cancels the engine: the ops not yet
     started are dropped and the exception propagates at once; leaving it normally waits for

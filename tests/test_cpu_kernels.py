@@ -15,6 +15,9 @@ from hypothesis.extra import numpy as hnp
 
 from asyncsim.nd.ops import INPLACE, OPS, infer
 from realexec.cpu.kernels import KERNELS, set_blas_threads
+from realexec.cpu.loops import ADD, COPY, DIV, EQUAL, MUL, SUB, binary_flat, scalar_flat
+
+BINARY_CODES = (ADD, SUB, MUL, DIV, COPY, EQUAL)
 
 DTYPES = st.sampled_from(["float32", "float64"])
 RTOL = {"float32": 1e-6, "float64": 1e-13}
@@ -122,6 +125,37 @@ def test_binary_op_in_place_and_non_contiguous():
     np.testing.assert_array_equal(a, expected)
     c = np.arange(12, dtype="float64").reshape(4, 3).T
     np.testing.assert_array_equal(run("mul", (c, c)), c * c)
+
+
+@st.composite
+def flat_pair(draw):
+    """Two 1-d arrays of one dtype and length, long enough for the vector loops' remainders."""
+    dtype = draw(DTYPES)
+    n = draw(st.integers(0, 70))
+    return draw(values(dtype, n, 1.0, 1e3)), draw(values(dtype, n, 1.0, 1e3))
+
+
+@kernel_settings
+@given(pair=flat_pair(), code=st.sampled_from(range(10)), scalar=st.floats(1.0, 100.0))
+def test_flat_loops_in_place_equal_out_of_place(pair, code, scalar):
+    """Every op code of the flat loops gives the same bits whether out is a fresh array or an
+    input (in place, its own vectorised path: see `realexec.cpu.loops`)."""
+    a, b = pair
+    expected = np.empty_like(a)
+    scalar_flat(code, a, scalar, expected)
+    inplace = a.copy()
+    scalar_flat(code, inplace, scalar, inplace)
+    np.testing.assert_array_equal(inplace, expected)
+    if code in BINARY_CODES:
+        binary_flat(code, a, b, expected)
+        for alias in ("a", "b", "both"):
+            x, y = a.copy(), (a.copy() if alias == "both" else b.copy())
+            out = y if alias == "b" else x
+            binary_flat(code, x, y, out)
+            want = expected if alias != "both" else np.empty_like(a)
+            if alias == "both":
+                binary_flat(code, a, a.copy(), want)
+            np.testing.assert_array_equal(out, want, err_msg=f"out is {alias}")
 
 
 SCALAR_OPS = {

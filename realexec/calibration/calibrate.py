@@ -152,7 +152,7 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
     wake = raw.get("wake", {}).get("wake", 0.0)  # a profile measured before it was
     dispatch = max(0.0, trip["period"] - t1 - wake - raw["free"] - exec_s - t3)
     set_crowding(costs, raw["concurrency"], workers)
-    native = meta.get("engine", "native") == "native"
+    native = meta.get("engine", "native").startswith("native")
     return Profile(name=name, t1=t1, t3=t3, workers=workers, cores=default_workers(), gpus=0,
                    costs=costs, free=raw["free"], dispatch=dispatch, wake=wake, gil=gil,
                    release=release,

@@ -25,13 +25,36 @@ ADD, SUB, MUL, DIV, COPY, RSUB, RDIV, MAX, FILL, EQUAL = range(10)
 _BLOCK = 4096
 
 _jit = njit(nogil=True, cache=True, error_model="numpy")
+# The loop bodies are inlined into each aliasing case of their entry point below. Why: LLVM
+# vectorises `out[i] = a[i] + s` only behind a runtime check that a and out do not overlap, and an
+# in-place op (x += 1, out is a) fails it and ran the scalar loop, 3-5x slower than numpy's. When
+# both arguments are one value, LLVM knows they alias exactly and vectorises without the check.
+_body = njit(nogil=True, inline="always", error_model="numpy")
 
 
 @_jit
 def scalar_flat(op, a, scalar, out):
     """out[i] = a[i] OP s (RSUB, RDIV: s OP a[i]; MAX: np.maximum; FILL: s; COPY: a[i]; EQUAL:
     1 or 0), where s is the float64 `scalar` rounded to out's dtype first, as numpy treats a
-    Python float."""
+    Python float. `a` may be `out` (in place)."""
+    if a.ctypes.data == out.ctypes.data:
+        _scalar_body(op, out, scalar, out)
+    else:
+        _scalar_body(op, a, scalar, out)
+
+
+@_jit
+def binary_flat(op, a, b, out):
+    """out[i] = a[i] OP b[i] for ADD, SUB, MUL, DIV, EQUAL (1 or 0); COPY gives out[i] = a[i].
+    `a` or `b` may be `out`; only `a` is fast (x += y; a case per alias would cost compile time)."""
+    if a.ctypes.data == out.ctypes.data:
+        _binary_body(op, out, b, out)
+    else:
+        _binary_body(op, a, b, out)
+
+
+@_body
+def _scalar_body(op, a, scalar, out):
     s = out.dtype.type(scalar)
     n = out.size
     if op == ADD:
@@ -68,9 +91,8 @@ def scalar_flat(op, a, scalar, out):
             out[i] = a[i]
 
 
-@_jit
-def binary_flat(op, a, b, out):
-    """out[i] = a[i] OP b[i] for ADD, SUB, MUL, DIV, EQUAL (1 or 0); COPY gives out[i] = a[i]."""
+@_body
+def _binary_body(op, a, b, out):
     n = out.size
     if op == ADD:
         for i in range(n):

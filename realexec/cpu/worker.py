@@ -103,18 +103,24 @@ def work(s, lane, worker):
     Python op with `table.finish_and_pop_python`, which keeps the GIL while Python ops follow."""
     idle_since = now_ns()
     busy = False  # counted in H_BUSY (a blocker spins only while a core is left)
+    spinning = False  # counted in the lane's Q_SPINNERS (a push wakes a sleeper only past them)
     while True:
         if load(s, t.H_STOP):
             if busy:
                 fetch_add(s, t.H_BUSY, -1)
+            if spinning:
+                t.unspin(s, lane)
             return -1
         slot = t.pop(s, lane)
         if slot < 0:
             if busy:
                 fetch_add(s, t.H_BUSY, -1)
                 busy = False
-            t.idle(s, lane, idle_since)
+            spinning = t.idle(s, lane, idle_since, spinning)
             continue
+        if spinning:
+            t.unspin(s, lane)
+            spinning = False
         if not busy:
             fetch_add(s, t.H_BUSY, 1)
             busy = True
@@ -153,4 +159,5 @@ def warm_native() -> None:
         t.wake_all(s, 1)
         buf, s = t.new_state(16, 0)
     buf[t.H_STOP] = 1  # so the idle wait returns at once
-    t.idle(s, 0, 0)
+    t.idle(s, 0, 0, False)
+    t.unspin(s, 0)

@@ -20,7 +20,10 @@ of `cap` slots.
   dozen instructions. Counters that threads read without the lock (done, low, queue ends, futex
   words) are read with acquire loads.
 - Sleeping: a worker with nothing to do spins for `H_SPIN_NS`, then sleeps on its lane's futex
-  word, which `push` and `complete` bump (waking it only when it sleeps); a blocker spins only
+  word, which `push` and `complete` bump (waking it only when it sleeps, and only when more ops
+  are queued than the lane has workers spinning: `Q_SPINNERS`, who will take them; before that
+  rule each push of a loop of small ops woke the sleeping second worker only to find the op
+  taken, a system call for the frontend and a context switch each); a blocker spins only
   while a core is free of busy workers (`H_BUSY` < `H_CORES`), then sleeps on `H_GEN`, which
   every completion bumps; a completion makes the system call that wakes it only once the
   blocker's condition (`H_WAIT_KIND`, `H_WAIT_TARGET`) holds.
@@ -55,7 +58,7 @@ H_SLEEPERS, H_WAIT_KIND, H_WAIT_TARGET = 24, 25, 26  # blockers asleep, and what
 H_STOP, H_CAP, H_NEDGES, H_SPIN_NS, H_CORES = 32, 33, 34, 35, 36  # read-mostly
 H_BUSY, H_SPINNING = 40, 41  # worker threads running ops now, and idle ones spinning
 LANES, LANE_FIELDS, MAX_LANES = 48, 8, 16  # a lane's header: a cache line
-Q_HEAD, Q_TAIL, Q_FUTEX, Q_SLEEPERS = range(4)
+Q_HEAD, Q_TAIL, Q_FUTEX, Q_SLEEPERS, Q_SPINNERS = range(5)
 OPS = LANES + LANE_FIELDS * MAX_LANES
 # an op record: these fields, contiguous, then padding to 3 cache lines (the frontend writes a
 # record while a worker stamps the one before it)
@@ -138,6 +141,9 @@ def _enqueue(s, lane, slot):
     s[_ring(s, lane, tail)] = slot
     store(s, base + Q_TAIL, tail + 1)
     if s[base + Q_SLEEPERS] == 0:  # sleepers register under the lock: none can be missed
+        return False
+    # a spinner stops spinning under the lock and looks at the queue first: none can miss it
+    if tail + 1 - s[base + Q_HEAD] <= load(s, base + Q_SPINNERS):
         return False
     store(s, base + Q_FUTEX, s[base + Q_FUTEX] + 1)
     return True
@@ -309,27 +315,33 @@ def finish_and_pop_python(s, lane, slot, failed):
 
 
 @njit(nogil=True, cache=True)
-def idle(s, lane, since_ns):
+def idle(s, lane, since_ns, spinning):
     """A worker of `lane` found nothing to do at `since_ns`: spin a little, or, past the spin
-    time, sleep on the lane's futex word until something is queued (or 50 ms)."""
+    time, sleep on the lane's futex word until something is queued (or 50 ms). `spinning`: the
+    worker is counted in the lane's `Q_SPINNERS`; returns whether it still is (the caller
+    uncounts it with `unspin` once it takes an op)."""
     base = LANES + LANE_FIELDS * lane
     if now_ns() - since_ns < s[H_SPIN_NS]:
         # spin only on a core that neither the frontend nor a busy or spinning worker needs:
         # two idle workers spinning beside the frontend on two cores made each push 60% dearer
         others = fetch_add(s, H_SPINNING, 1) + load(s, H_BUSY) + 1
         if others < s[H_CORES]:
+            if not spinning:
+                fetch_add(s, base + Q_SPINNERS, 1)
             for _i in range(64):
                 if load(s, base + Q_HEAD) != load(s, base + Q_TAIL) or load(s, H_STOP):
                     break
                 pause()
             fetch_add(s, H_SPINNING, -1)
             sched_yield()
-            return
+            return True
         fetch_add(s, H_SPINNING, -1)
     lock(s)
+    if spinning:  # under the lock, before the look at the queue (see `_enqueue`)
+        fetch_add(s, base + Q_SPINNERS, -1)
     if s[base + Q_HEAD] != s[base + Q_TAIL] or s[H_STOP]:
         unlock(s)
-        return
+        return False
     s[base + Q_SLEEPERS] += 1
     seen = s[base + Q_FUTEX]
     unlock(s)
@@ -337,6 +349,13 @@ def idle(s, lane, since_ns):
     lock(s)
     s[base + Q_SLEEPERS] -= 1
     unlock(s)
+    return False
+
+
+@njit(nogil=True, cache=True)
+def unspin(s, lane):
+    """A spinning worker of `lane` took an op: it no longer counts as one that will."""
+    fetch_add(s, LANES + LANE_FIELDS * lane + Q_SPINNERS, -1)
 
 
 @njit(nogil=True, cache=True)

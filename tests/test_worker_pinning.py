@@ -1,0 +1,45 @@
+"""With `pin=True` the compiled engine pins each CPU worker to a core of its own, in turn over
+the cores the process may use; other lanes' threads (GPU launchers) and the frontend stay where
+the OS puts them. By default it leaves every thread alone."""
+
+import os
+import threading
+
+import pytest
+
+from realexec.engine.native import NativeEngine
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux only")
+
+
+def _affinity(lane):
+    """Each of the lane's threads' allowed cores, once it has started its loop."""
+    out = []
+    for th in lane.threads:
+        for _ in range(2000):  # the thread pins itself first thing; give it the moment
+            cores = os.sched_getaffinity(th.native_id)
+            if len(cores) == 1 or len(os.sched_getaffinity(0)) == 1:
+                break
+            threading.Event().wait(0.001)
+        out.append(cores)
+    return out
+
+
+def test_cpu_workers_pinned_one_core_each_in_turn():
+    allowed = sorted(os.sched_getaffinity(0))
+    with NativeEngine(workers=3, pin=True) as engine:
+        got = _affinity(engine.lanes["cpu"])
+        other = engine.add_lane("gpu0", workers=1)
+        gpu = [os.sched_getaffinity(th.native_id) for th in other.threads]
+        frontend = os.sched_getaffinity(0)
+    assert got == [{allowed[i % len(allowed)]} for i in range(3)]
+    assert gpu == [set(allowed)]
+    assert frontend == set(allowed)
+
+
+def test_workers_free_by_default():
+    allowed = os.sched_getaffinity(0)
+    with NativeEngine(workers=2) as engine:
+        threading.Event().wait(0.01)
+        got = [os.sched_getaffinity(th.native_id) for th in engine.lanes["cpu"].threads]
+    assert got == [allowed, allowed]
