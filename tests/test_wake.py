@@ -10,7 +10,7 @@ import time
 import pytest
 import simpy
 
-from asyncsim.model.host import Gil
+from asyncsim.model.host import Gil, WakeQueue
 from realexec.calibration.host import wake
 from realexec.engine.core import Engine
 
@@ -33,6 +33,23 @@ def test_a_gil_release_says_whether_it_woke_a_sleeping_waiter():
     assert not gil.signals("b")
     assert gil.release("b") is False
     assert gil.holder == "a"
+
+
+def test_a_put_goes_to_a_spinning_worker_before_a_sleeping_one():
+    """The model's ready queue, as the compiled engine's: an op queued while one idle worker
+    still spins goes to it, with no wake-up, even though another has slept longer; once none
+    spins, the longest asleep is woken (and counted)."""
+    env = simpy.Environment()
+    queue = WakeQueue(env, idle_spin=50e-6)
+    asleep, spinning = env.event(), env.event()
+    queue.sleepers.append((asleep, 0.0))
+    env.run(until=1e-3)
+    queue.sleepers.append((spinning, env.now))
+    queue.put("op 1")
+    assert spinning.triggered and spinning.value is True
+    assert not asleep.triggered and queue.wakes == 0
+    queue.put("op 2")
+    assert asleep.triggered and asleep.value is False and queue.wakes == 1
 
 
 def test_calibration_measures_a_wake_up_as_a_nonnegative_cost():

@@ -78,7 +78,7 @@ class WakeQueue:
     """The CPU ready queue: ops in order, and the idle workers that a put hands an op (one each,
     as (event, idle since)); `wakes` counts those that had fallen asleep (the thread that put
     pays `profile.wake` for each). A worker idle for less than `idle_spin` is still spinning:
-    it takes the op at once, without a wake-up (the event's value says so)."""
+    it takes the op at once, without a wake-up (the event's value says so), before any asleep."""
 
     def __init__(self, env=None, idle_spin: float = 0.0):
         self.env, self.idle_spin = env, idle_spin
@@ -89,9 +89,15 @@ class WakeQueue:
     def put(self, item) -> None:
         self.items.append(item)
         if self.sleepers:
-            event, since = self.sleepers.popleft()
+            # a worker still spinning takes it (the latest to fall idle); else the longest asleep
+            # wakes (a futex wakes in order). The engine wakes none while one spins: a push that
+            # woke the sleeper anyway made every op of a small-op loop pay a wake-up
+            event, since = self.sleepers[-1]
             spinning = self.idle_spin > 0 and self.env.now - since < self.idle_spin
-            if not spinning:
+            if spinning:
+                self.sleepers.pop()
+            else:
+                event, since = self.sleepers.popleft()
                 self.wakes += 1
             event.succeed(spinning)
 

@@ -10,6 +10,7 @@ array items, the spin-wait hint, the monotonic clock, futexes, and arrays over r
   (little-endian: the item's first 4 bytes), at most `timeout_ns`; `futex_wake(a, i, n)` wakes n
   sleepers. Linux only (x86-64, aarch64); elsewhere the wait is a `sched_yield`, so a sleeping
   thread becomes a slow spinner, and nothing else changes.
+- `cpu()`: the core the calling thread runs on now (sched_getcpu; -1 where there is none).
 - `pointer(address)`: a `voidptr` for `numba.carray(pointer(address), n, dtype)`.
 
 All run without the GIL, inside `@njit(nogil=True)` functions. Symbols come from the C library
@@ -150,6 +151,16 @@ def futex_wake(typingctx, a, i, n):
         return context.get_dummy_value()
 
     return types.void(a, types.intp, types.int64), codegen
+
+
+@intrinsic
+def cpu(typingctx):
+    def codegen(context, builder, signature, args):
+        if not FUTEX:  # Linux's call; a constant elsewhere (no thread is then kept off a core)
+            return ir.Constant(ir.IntType(32), -1)
+        return builder.call(_libc(builder, "sched_getcpu", ir.IntType(32), []), [])
+
+    return types.int32(), codegen
 
 
 @intrinsic

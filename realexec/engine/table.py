@@ -40,6 +40,7 @@ from numba import njit
 
 from realexec.engine.atomics import (
     cas,
+    cpu,
     fetch_add,
     futex_wait,
     futex_wake,
@@ -52,7 +53,7 @@ from realexec.engine.atomics import (
 
 # header: words written by different threads sit on different 64-byte cache lines
 H_LOCK, H_EFREE, H_ECOUNT = 0, 1, 2  # taken together, under the lock
-H_NEXT = 8  # written by the frontend's push
+H_NEXT, H_FRONT_CPU = 8, 9  # written by the frontend's push: the next token, its core
 H_DONE, H_LOW, H_GEN = 16, 17, 18  # written by completions
 H_SLEEPERS, H_WAIT_KIND, H_WAIT_TARGET = 24, 25, 26  # blockers asleep, and what one waits for
 H_STOP, H_CAP, H_NEDGES, H_SPIN_NS, H_CORES = 32, 33, 34, 35, 36  # read-mostly
@@ -80,6 +81,7 @@ def new_state(cap: int, spin_ns: int, cores: int = 1 << 20) -> tuple[array, np.n
     state = np.frombuffer(buf, np.int64)
     state[H_CAP], state[H_NEDGES], state[H_SPIN_NS] = cap, nedges, spin_ns
     state[H_CORES] = cores
+    state[H_FRONT_CPU] = -1  # no push yet
     state[OPS + F_TOKEN: OPS + STRIDE * cap: STRIDE] = -1
     edges = OPS + STRIDE * cap
     state[edges: edges + nedges] = np.arange(1, nedges + 1)  # the free list: each to the next
@@ -199,6 +201,7 @@ def push(s, slot, token, lane, kind, code, dtype, n, a, b, out, scalar, failed,
     s[at(slot, F_END)] = 0
     s[at(slot, F_FAILED)] = failed
     store(s, H_NEXT, token + 1)
+    store(s, H_FRONT_CPU, cpu())
     _link(s, slot, p0)
     _link(s, slot, p1)
     _link(s, slot, p2)
@@ -323,9 +326,12 @@ def idle(s, lane, since_ns, spinning):
     base = LANES + LANE_FIELDS * lane
     if now_ns() - since_ns < s[H_SPIN_NS]:
         # spin only on a core that neither the frontend nor a busy or spinning worker needs:
-        # two idle workers spinning beside the frontend on two cores made each push 60% dearer
+        # two idle workers spinning beside the frontend on two cores made each push 60% dearer;
+        # and not on the core the frontend pushes from while it is awake: a worker pinned there
+        # that spun took ops the other (asleep) could have run, and the frontend's core with them
         others = fetch_add(s, H_SPINNING, 1) + load(s, H_BUSY) + 1
-        if others < s[H_CORES]:
+        beside = load(s, H_SLEEPERS) == 0 and cpu() == load(s, H_FRONT_CPU)
+        if others < s[H_CORES] and not beside:
             if not spinning:
                 fetch_add(s, base + Q_SPINNERS, 1)
             for _i in range(64):
