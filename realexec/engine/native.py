@@ -25,11 +25,11 @@ Differences, and why:
 - with `pin=True` CPU workers are pinned to a core each, so a woken worker runs on its own core
   at once instead of queueing 1-5 ms behind the worker that woke it (`_cores`): two workers
   drain two chains of 10 us ops 2x faster than one, where the OS's placement gave 1.0-1.4x. Not
-  the default: 8.1's imperative MLP and 8.2.4's training loop (products and layers, Python ops
-  that take the GIL) ran ~30% slower pinned, a worker pinned beside the frontend contending
-  with it for that core. An idle worker on the core the (awake) frontend pushes from does not
-  spin (`table.idle`): pinned there, it took the ops the other worker could have run, and a loop
-  of small ops pushed one at a time ran at ~9 us an op instead of ~5.5;
+  the default: 8.1's imperative MLP (products and a graph op, Python ops that take the GIL) ran
+  40% slower pinned, a worker pinned beside the frontend contending with it for that core. An
+  idle worker on the core the (awake) frontend pushes from does not spin (`table.idle`): pinned
+  there, it took the ops the other worker could have run, and a loop of small ops pushed one at
+  a time ran at ~9 us an op instead of ~5.5;
 - spans of native ops are read out of the table in blocks (`_harvest`), at pushes and when the
   log is read: the table holds `cap` ops, and a push that would reuse a slot whose op is
   unfinished waits for it.
