@@ -1,0 +1,85 @@
+"""Where a scenario's prediction and measurement part: exec time per op name, side by side.
+
+    python benchmarks/breakdown.py SCENARIO [--top N]
+
+Predicts the scenario with this machine's calibrated profile (`realexec.calibrate`, cached) at
+`benchmarks/accuracy.py`'s sizes, measures it as that script does (a warm-up, then the run
+nearest the central total of three), and prints per op name the count and summed exec seconds of
+each, the frontend's issue and wait spans beside them, then for `dot` the speed (GFLOP/s) of each
+distinct product (by its flops and transposes), predicted and measured. Reading aid for the
+accuracy table, not a target: one run, on a machine whose speed moves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import io
+import statistics
+
+import accuracy
+
+import asyncsim
+from asyncsim.lab import scenarios
+from realexec.calibration.calibrate import calibrate
+
+
+def per_name(trace) -> dict:
+    """(kind, op name or lane) -> [count, seconds]."""
+    out = collections.defaultdict(lambda: [0, 0.0])
+    for s in trace.spans:
+        key = (s.kind, s.name) if s.kind == "exec" else (s.kind, s.lane.split("/")[0])
+        out[key][0] += 1
+        out[key][1] += s.duration
+    return out
+
+
+def products(program, pred, meas) -> dict:
+    """(flops, transposes) -> [(predicted s, measured s)] for every `dot`, matched by op id."""
+    ops = {op.id: op for op in program.ops}
+    spans = [{s.op_id: s for s in t.spans if s.kind == "exec" and s.name == "dot"}
+             for t in (pred, meas)]
+    out = collections.defaultdict(list)
+    for op_id, p in spans[0].items():
+        m, op = spans[1].get(op_id), ops.get(op_id)
+        if m is not None and op is not None:
+            flags = tuple(k for k, v in sorted(op.attrs.items()) if k.startswith("trans") and v)
+            out[(op.flops, flags)].append((p.duration, m.duration))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("scenario", choices=scenarios.names("cpu"))
+    parser.add_argument("--top", type=int, default=20)
+    args = parser.parse_args()
+    scenario = scenarios.get(args.scenario)
+    params = scenario.kwargs(**accuracy.SIZES.get(args.scenario, {}))
+    profile = calibrate()
+    with contextlib.redirect_stdout(io.StringIO()):
+        program = asyncsim.record(scenario.workload, **params)
+    pred = asyncsim.simulate(program, profile)
+    meas, spread = accuracy.measure(scenario, profile.workers, params)
+    print(f"{args.scenario}: predicted {pred.duration * 1e3:.1f} ms, measured "
+          f"{meas.duration * 1e3:.1f} ms (spread of the runs {spread:.0%}); profile of "
+          f"{profile.meta.get('date')}")
+    p, m = per_name(pred), per_name(meas)
+    print(f"\n{'kind':8s} {'name':24s} {'n pred':>7s} {'n meas':>7s} {'pred ms':>9s} "
+          f"{'meas ms':>9s}")
+    for key in sorted(set(p) | set(m), key=lambda k: -m.get(k, (0, 0.0))[1])[:args.top]:
+        (np_, sp), (nm, sm) = p.get(key, (0, 0.0)), m.get(key, (0, 0.0))
+        print(f"{key[0]:8s} {str(key[1]):24s} {np_:7d} {nm:7d} {sp * 1e3:9.2f} {sm * 1e3:9.2f}")
+    dots = products(program, pred, meas)
+    if dots:
+        print(f"\n{'dot (MFLOP, transposed)':34s} {'n':>4s} {'pred GFLOP/s':>13s} "
+              f"{'meas GFLOP/s':>13s}")
+        for (flops, flags), pairs in sorted(dots.items(), key=lambda kv: -kv[0][0]):
+            pt = statistics.median(a for a, _ in pairs)
+            mt = statistics.median(b for _, b in pairs)
+            label = f"{flops / 1e6:.1f} {'+'.join(flags) or '-'}"
+            print(f"{label:34s} {len(pairs):4d} {flops / pt / 1e9:13.1f} {flops / mt / 1e9:13.1f}")
+
+
+if __name__ == "__main__":
+    main()
