@@ -391,9 +391,8 @@ def session(workers: int | None = None, mode: str = "async", max_inflight: int |
     the cores; all cores in sync mode), and its previous setting is restored when the last open
     session ends (`blas_threads`). `engine`: "native" (`realexec.engine.native`: compiled
     workers run elementwise ops without the GIL), "native-pinned" (the same, each CPU worker
-    pinned to a core: two workers drain two chains of 10 us elementwise ops twice as fast as
-    one, where the OS's placement gave 1.0-1.4x; but 8.1's imperative MLP, whose ops are
-    Python ops, ran 40% slower, a worker sharing the frontend's core and the GIL) or "python"
+    pinned to a core while it runs compiled ops: two workers drain two chains of 10 us
+    elementwise ops twice as fast as one, where the OS's placement gave 1.0-1.4x) or "python"
     (`realexec.engine.core`: Python worker threads, the contrast the chapters draw).
     The objects that exist when the session starts are moved out of the cyclic GC's way until it
     ends (`frozen_gc`). `trace`: True records everything, False no spans, samples or marks, N

@@ -1,6 +1,7 @@
 """With `pin=True` the compiled engine pins each CPU worker to a core of its own, in turn over
-the cores the process may use; other lanes' threads (GPU launchers) and the frontend stay where
-the OS puts them. By default it leaves every thread alone."""
+the cores the process may use, and unpins it while it runs Python ops; other lanes' threads
+(GPU launchers) and the frontend stay where the OS puts them. By default it leaves every thread
+alone."""
 
 import os
 import threading
@@ -43,3 +44,15 @@ def test_workers_free_by_default():
         threading.Event().wait(0.01)
         got = [os.sched_getaffinity(th.native_id) for th in engine.lanes["cpu"].threads]
     assert got == [allowed, allowed]
+
+
+def test_a_worker_running_python_ops_is_unpinned_meanwhile():
+    allowed = os.sched_getaffinity(0)
+    seen = []
+    with NativeEngine(workers=1, pin=True) as engine:
+        var = engine.new_var()
+        engine.push(lambda: seen.append(os.sched_getaffinity(0)), (), (var,), "cpu", "probe")
+        engine.wait_all()
+        after = _affinity(engine.lanes["cpu"])
+    assert seen == [allowed]
+    assert after == [{min(allowed)}]

@@ -22,14 +22,16 @@ Differences, and why:
   GIL. Memory therefore comes back a few ops late, never early;
 - a var's last-write token is the analysis's, so `Var` needs no queues; the var objects are
   `realexec.engine.deps.Var` (their `failure` and `data`), or anything hashable;
-- with `pin=True` CPU workers are pinned to a core each, so a woken worker runs on its own core
-  at once instead of queueing 1-5 ms behind the worker that woke it (`_cores`): two workers
-  drain two chains of 10 us ops 2x faster than one, where the OS's placement gave 1.0-1.4x. Not
-  the default: 8.1's imperative MLP (products and a graph op, Python ops that take the GIL) ran
-  40% slower pinned, a worker pinned beside the frontend contending with it for that core. An
-  idle worker on the core the (awake) frontend pushes from does not spin (`table.idle`): pinned
-  there, it took the ops the other worker could have run, and a loop of small ops pushed one at
-  a time ran at ~9 us an op instead of ~5.5;
+- with `pin=True` CPU workers run the compiled loop pinned to a core each, so a woken worker
+  runs on its own core at once instead of queueing 1-5 ms behind the worker that woke it
+  (`_cores`): two workers drain two chains of 10 us ops 2x faster than one, where the OS's
+  placement gave 1.0-1.4x. A worker running Python ops is unpinned meanwhile: pinned beside
+  the frontend, it contended with it for that core and the GIL, and 8.1's imperative MLP
+  (products and a graph op) ran 40% slower. An idle worker on the core the (awake) frontend
+  pushes from does not spin (`table.idle`): pinned there, it took the ops the other worker
+  could have run, and a loop of small ops pushed one at a time ran at ~9 us an op, not ~5.5.
+  Not the default: over three calibrated collections the model's error was no better pinned
+  (median 9.2%, max 61%, against 8.6% and 47%), the model knowing nothing of placement;
 - spans of native ops are read out of the table in blocks (`_harvest`), at pushes and when the
   log is read: the table holds `cap` ops, and a push that would reuse a slot whose op is
   unfinished waits for it.
@@ -322,10 +324,13 @@ class NativeEngine(shutdown.Ending):
                 return self._work(lane, label, index)
         state, lane_index = self.state, self._lane_index[lane.name]
         failed = t.at(0, t.F_FAILED)
+        free = set(self._cores)  # while it runs Python ops (see the module docstring)
         while True:
             slot = work(state, lane_index, index)  # lets the GIL go meanwhile
             if slot < 0 or self._stopped is not None:
                 return
+            if core >= 0:
+                os.sched_setaffinity(0, free)
             while slot >= 0:  # a run of Python ops, the GIL held throughout
                 if self._buf[failed + slot * t.STRIDE]:
                     self._fail_python(slot)
@@ -335,6 +340,8 @@ class NativeEngine(shutdown.Ending):
                 slot = t.finish_and_pop_python(state, lane_index, slot, how)
                 if self._stopped is not None:
                     return
+            if core >= 0:
+                os.sched_setaffinity(0, {core})
 
     def _run_python(self, slot: int, label: str, log: bool) -> bool:
         """Run a Python op's kernel on this thread; True if it raised (its outputs poisoned)."""
