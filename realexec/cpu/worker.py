@@ -160,4 +160,3 @@ def warm_native() -> None:
         buf, s = t.new_state(16, 0)
     buf[t.H_STOP] = 1  # so the idle wait returns at once
     t.idle(s, 0, 0, False)
-    t.unspin(s, 0)

@@ -492,10 +492,8 @@ class NativeEngine(shutdown.Ending):
 
 
 def _cores() -> list[int]:
-    """The cores CPU workers are pinned to, one each in turn (Linux; elsewhere none). Why pin:
-    unpinned, Linux often woke a sleeping worker on the core of the worker that woke it, where it
-    waited 1-5 ms for the load balancer while the other core idled; two workers draining two
-    chains of 10 us ops then ran no faster than one. The frontend and GPU lanes stay unpinned."""
+    """The cores CPU workers are pinned to with `pin=True`, one each in turn (Linux; elsewhere
+    none); why, in the module docstring."""
     if not hasattr(os, "sched_setaffinity"):
         return []
     return sorted(os.sched_getaffinity(0))

@@ -330,8 +330,8 @@ def idle(s, lane, since_ns, spinning):
         # and not on the core the frontend pushes from while it is awake: a worker pinned there
         # that spun took ops the other (asleep) could have run, and the frontend's core with them
         others = fetch_add(s, H_SPINNING, 1) + load(s, H_BUSY) + 1
-        beside = load(s, H_SLEEPERS) == 0 and cpu() == load(s, H_FRONT_CPU)
-        if others < s[H_CORES] and not beside:
+        if others < s[H_CORES] and not (load(s, H_SLEEPERS) == 0
+                                        and cpu() == load(s, H_FRONT_CPU)):
             if not spinning:
                 fetch_add(s, base + Q_SPINNERS, 1)
             for _i in range(64):
