@@ -6,7 +6,9 @@ numpy; above 1 = faster). `add_scalar` is also compared with `np.copyto` of the 
 floats, write n*n floats): that ratio is the fraction of copy bandwidth the kernel reaches
 (target >= 0.8). `dot` targets >= 0.9 of np.dot. Times are seconds, single-threaded kernels on
 the calling thread; BLAS uses whatever thread count it found (printed) unless --blas-threads.
-A `dispatch` case times a 1-element op, i.e. the per-call overhead the engine pays.
+A `dispatch` case times a 1-element op, i.e. the per-call overhead the engine pays. The "in
+place" cases write into their input (`x += 1`), whose loops vectorise only since they get a
+path of their own (`realexec.cpu.loops`).
 """
 
 from __future__ import annotations
@@ -64,7 +66,11 @@ def cases(n, dtype):
     return [
         (*add_scalar, lambda: np.add(x, 1, out=out)),
         ("add_scalar vs copyto", add_scalar[1], lambda: np.copyto(out, x)),
+        # in place (x += 1, x += y: out is the first input), written into a copy of x
+        ("add_scalar in place", lambda: k["add_scalar"]((out,), out, {"scalar": 1.0}),
+         lambda: np.add(out, 1, out=out)),
         ("add (same shape)", lambda: k["add"]((x, y), out, {}), lambda: np.add(x, y, out=out)),
+        ("add in place", lambda: k["add"]((out, y), out, {}), lambda: np.add(out, y, out=out)),
         ("add (n,n)+(n,)", lambda: k["add"]((x, bias), out, {}),
          lambda: np.add(x, bias, out=out)),
         ("relu", lambda: k["relu"]((x,), out, {}), lambda: np.maximum(x, 0, out=out)),
