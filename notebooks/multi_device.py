@@ -21,8 +21,9 @@
 # The book trains on one GPU and on two. Those cells are **predicted only**, on the `book-gpu`
 # profile (the chapter's GPU machine, `asyncsim.lab.presets`), beside the times the chapter
 # printed; nothing in this notebook runs on a GPU. The same code runs here for real on **CPU
-# devices**: `nd.cpu(0)` and `nd.cpu(1)` are devices of their own, each with a lane of workers,
-# at tiny sizes (a few batches; synthetic Fashion-MNIST unless you have the files).
+# devices**: `nd.cpu(0)` and `nd.cpu(1)` are devices of their own (memory of their own; their
+# ops run on the CPU's workers, the same cores, and show on lanes of their own), at tiny sizes
+# (a few batches; synthetic Fashion-MNIST unless you have the files).
 
 # %%
 import inspect

@@ -9,7 +9,9 @@ behind every op that still touches it (`Engine.delete_var`); `sync` is a blocker
 
 Recorded in the Trace (seconds from the engine's start, `time.perf_counter_ns`):
 - "issue" spans on "frontend": from entering `issue` (the shared frontend has already checked
-  shapes) to the end of the push; "exec" spans on "cpu/w{i}" from the engine; per GPU, "exec"
+  shapes) to the end of the push; "exec" spans on "cpu/w{i}" from the engine (an op of cpu(k)
+  on "cpu{k}/w{i}": every CPU device's ops run on the one set of CPU workers, which are the
+  same cores, so that two CPU devices do not put twice as many threads on them); per GPU, "exec"
   spans on "gpu{i}/compute" and "copy" spans on "gpu{i}/copy" (`realexec.gpu.device`);
 - "wait" spans on "frontend": from entering a blocker until the frontend runs again (t3 included);
 - memory: the pool's live bytes per device ("cpu", "gpu0", ..) at every change, and the process
@@ -39,6 +41,7 @@ import gc
 import os
 import platform
 import threading
+from dataclasses import replace
 from time import perf_counter_ns
 
 import numpy as np
@@ -79,6 +82,7 @@ class EngineBackend(GpuBackend):
         self.vars: dict = {}  # frontend var id -> engine Var (its name is its device)
         self._release_cpu = self.pools["cpu"].release  # bound once: a free per op passes it
         self._native = isinstance(engine, NativeEngine)  # elementwise ops run compiled
+        self._on_device: dict[int, str] = {}  # op id -> cpu(i), i > 0, that it ran for
         self._init_gpu()
         self.marks = trace_log(trace)  # (label, start_ns, end_ns)
         self._open_marks: list[tuple[str, int]] = []
@@ -91,9 +95,8 @@ class EngineBackend(GpuBackend):
     def check_device(self, device: str) -> None:
         if device not in self.pools:
             check_device(device)
-            if device.startswith("cpu"):  # cpu(i): host memory, a lane of workers of its own
+            if device.startswith("cpu"):  # cpu(i): host memory of its own, the CPU's workers
                 self.pools[device] = Pool(device, samples=self._trace)
-                self.engine.add_lane(device, self.engine.workers)
             else:
                 self._add_gpu(device)
 
@@ -148,7 +151,9 @@ class EngineBackend(GpuBackend):
                 copied = tuple([v for v in reads if type(v) is StreamVar])
                 if copied:  # buffers a copy from a GPU fills: wait for those copies first
                     fn, args = after_device, (fn, copied, *args)
-            engine.push(fn, reads, (out,), op.device, op.name, args, op.id, t_issue)
+            if op.device != "cpu":  # cpu(i): its spans are relabelled to it in `trace`
+                self._on_device[op.id] = op.device
+            engine.push(fn, reads, (out,), "cpu", op.name, args, op.id, t_issue)
         except EngineStopped:  # refused before queuing: give the fresh output back
             if out_var is not None:
                 vars_.pop(out_var.id, None)
@@ -164,8 +169,10 @@ class EngineBackend(GpuBackend):
             a = b = reads[0].ptr or _address_of(reads[0])
             if len(reads) > 1:
                 b = reads[1].ptr or _address_of(reads[1])
+        if op.device != "cpu":
+            self._on_device[op.id] = op.device
         self.engine.push_native(kind, code, DTYPES[data.dtype], data.size, a, b, c, scalar,
-                                reads, (out,), op.device, op.name, op.id, t_issue)
+                                reads, (out,), "cpu", op.name, op.id, t_issue)
 
     def sync(self, kind: str, var: int | None):
         start = perf_counter_ns()
@@ -239,6 +246,10 @@ class EngineBackend(GpuBackend):
         samples += self._rss_samples
         samples.sort(key=lambda s: s[0])
         spans = self.engine.spans()
+        moved = self._on_device
+        if moved:  # an op of cpu(i) ran on the CPU's workers: shown on "cpu{i}/w.." lanes
+            spans = [replace(s, lane=moved[s.op_id] + s.lane[3:])
+                     if s.op_id in moved and s.lane.startswith("cpu/") else s for s in spans]
         timed = self._gpu_spans()
         if timed:
             spans += [Span(lane, name, op_id, secs(a), secs(b), kind)

@@ -1,6 +1,7 @@
 """Data parallelism across devices (8.4, 8.5): training on two CPU devices ends where one device
 with the same total batch ends, allreduce leaves the sum everywhere, split_and_load refuses a
-batch that does not divide, and the model runs CPU devices as lanes of their own."""
+batch that does not divide, and CPU devices share the CPU's workers in the engine and in the
+model, each device's ops shown on lanes of its own."""
 
 from __future__ import annotations
 
@@ -128,9 +129,10 @@ def _small_lenet(nd, X, params):
     return nd.dot(nd.relu(nd.dot(h, w3) + params[5]), params[6]) + params[7]
 
 
-def test_the_model_runs_cpu_devices_as_lanes_of_their_own():
-    """A program on cpu(0) and cpu(1) is simulated with a worker lane per device, and two
-    devices of independent work take about half the time of one device doing both."""
+def test_the_model_runs_cpu_devices_on_the_cpus_workers():
+    """cpu(0) and cpu(1) share the CPU's workers (the same cores): two devices of independent
+    work take half the time of one with two workers, and no less than one device with one
+    worker; each op shows on its own device's lane."""
     def work(nd, devices=2):
         xs = [nd.ones((64, 64), ctx=nd.cpu(i % devices)) for i in range(4)]
         with nd.benchmark("products"):
@@ -139,11 +141,38 @@ def test_the_model_runs_cpu_devices_as_lanes_of_their_own():
                     x = nd.dot(x, x)
             nd.waitall()
 
-    profile = asyncsim.Profile.ideal(t1=1e-6, t2=1e-3, t3=1e-6, workers=1)
-    two = asyncsim.predict(work, profile, devices=2)
-    one = asyncsim.predict(work, profile, devices=1)
-    assert {s.lane for s in two.spans} >= {"cpu/w0", "cpu1/w0"}
-    assert two.regions["products"] == pytest.approx(one.regions["products"] / 2, rel=0.05)
+    def predict(workers, devices):
+        profile = asyncsim.Profile.ideal(t1=1e-6, t2=1e-3, t3=1e-6, workers=workers)
+        return asyncsim.predict(work, profile, devices=devices)
+
+    two = predict(2, devices=2)
+    lanes = {s.lane for s in two.spans if s.kind == "exec"}
+    assert lanes <= {"cpu/w0", "cpu/w1", "cpu1/w0", "cpu1/w1"}
+    assert {lane.split("/")[0] for lane in lanes} == {"cpu", "cpu1"}
+    assert two.regions["products"] == pytest.approx(
+        predict(1, devices=1).regions["products"] / 2, rel=0.05)
+    assert predict(1, devices=2).regions["products"] == pytest.approx(
+        predict(1, devices=1).regions["products"], rel=0.01)
+
+
+@pytest.mark.parametrize("engine", ["native", "python"])
+def test_the_engine_runs_cpu_devices_on_the_cpus_workers(engine):
+    """Naming cpu(1) starts no threads of its own: its ops run on the CPU's workers and show
+    on "cpu1/w.." lanes, cpu(0)'s on "cpu/w.." lanes."""
+    def work(nd):
+        a = nd.ones((8, 8), ctx=nd.cpu(0)) * 2.0
+        b = nd.ones((8, 8), ctx=nd.cpu(1)) * 3.0
+        nd.waitall()
+        return a, b
+
+    with realexec.session(workers=2, engine=engine) as nd:
+        before = set(nd._backend.engine.lanes)
+        a, b = work(nd)
+        assert set(nd._backend.engine.lanes) == before == {"cpu"}
+        assert float(a.sum().asscalar()) == 128.0 and float(b.sum().asscalar()) == 192.0
+        trace = nd._backend.trace()
+    devices = {s.lane.split("/")[0] for s in trace.spans if s.kind == "exec"}
+    assert devices == {"cpu", "cpu1"}
 
 
 @pytest.mark.parametrize("name", ["lenet_1gpu", "lenet_2gpu", "resnet18_2gpu"])

@@ -11,9 +11,11 @@ seconds, bytes, bytes per second, flops per second; a field left at its default 
 adds nothing.
 
 Cost keys are "DEVICE:NAME" with DEVICE one of `DEVICE_KINDS` and NAME an op of `asyncsim.nd.ops`,
-an op group, `BROADCAST`, "*" (not for "frontend") or, for "frontend", a blocker; link keys are
-`LINKS` and the optional `READBACK`. Every rejection is one `ProfileError` line naming the key
-and what is accepted. This module does not import `asyncsim.model.profile` (which builds on it).
+an op group, `BROADCAST`, "*" (not for "frontend") or, for "frontend", a blocker; or
+"DEVICE:NAME@GEOMETRY" for an op of `asyncsim.nd.ops.GEOMETRY` (one geometry of a convolution).
+Link keys are `LINKS` and the optional `READBACK`. Every rejection is one `ProfileError` line
+naming the key and what is accepted. This module does not import `asyncsim.model.profile`
+(which builds on it).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from asyncsim.nd.ops import OPS
+from asyncsim.nd.ops import GEOMETRY, OPS
 from asyncsim.nd.program import BLOCKERS
 
 DEVICE_KINDS = ("cpu", "gpu", "frontend")
@@ -123,6 +125,11 @@ def check_key(key: str, table: str, source: str = "profile") -> None:
                                f"{', '.join((*LINKS, READBACK))}")
         return
     kind, colon, name = key.partition(":")
+    name, at, geometry = name.partition("@")
+    if at and (kind == "frontend" or name not in GEOMETRY or not geometry):
+        raise ProfileError(f"{source}: unknown cost key {key!r}; a cost per geometry is "
+                           f"DEVICE:NAME@GEOMETRY with DEVICE cpu or gpu and NAME one of "
+                           f"{', '.join(GEOMETRY)}")
     wildcard = name == "*" and kind != "frontend"
     blocker = name in BLOCKERS and kind == "frontend"
     # ops issued by backward or a Trainer; Python that issues no op (program.Call)

@@ -48,7 +48,8 @@ what the book's closed forms assume. With a Host:
   served); the frontend never waits for one.
   This is a non-preemptive reading of the OS scheduler: right for ops shorter than its time
   slice (ms), and it conserves the work done per core for longer ones.
-- crowding (a CPU cost with `crowd` > 0, memory-bound kernels): when such a kernel starts, each
+- crowding (a CPU cost with `crowd` > 0, memory-bound kernels, and convolutions, whose cost
+  has no bytes term: their flops time stands for it): when such a kernel starts, each
   other crowding kernel running at that moment stretches its bytes time by `crowd` (two cores
   sharing one memory system; fixed at its start, which is exact for kernels that start together
   and cheap to simulate). Compute-bound kernels (crowd 0) neither stretch nor count.
@@ -259,19 +260,12 @@ class Host:
         self.native = bool(profile.native) and not sync
         self.idle_spin = profile.idle_spin if self.native else 0.0
         self.compiled: list[bool] = []  # position -> run by a compiled worker, without the GIL
-        self.queues: dict[str, WakeQueue] = {}  # per CPU device: cpu(0), cpu(1), ...
-        self.queue = self.queue_for("cpu")
-
-    def queue_for(self, device: str) -> WakeQueue:
-        """The ready queue of CPU device `device` ("cpu", "cpu1", ...)."""
-        if device not in self.queues:
-            self.queues[device] = WakeQueue(self.env, self.idle_spin)
-        return self.queues[device]
+        self.queue = WakeQueue(self.env, self.idle_spin)  # every CPU device's ready ops
 
     @property
     def wakes(self) -> int:
-        """Wake-ups of idle workers so far, on every CPU device."""
-        return sum(q.wakes for q in self.queues.values())
+        """Wake-ups of idle workers so far."""
+        return self.queue.wakes
 
     def prepare(self, op, cost, link: bool, broadcast: bool = False) -> None:
         """Split the op's lane cost: (latency with the GIL, bytes time, flops time (without the
@@ -283,6 +277,8 @@ class Host:
             return
         by_bytes = cost.bytes_time(op.nbytes) if op.nbytes else 0.0
         by_flops = op.flops / cost.peak if op.flops else 0.0
+        if cost.crowd and not by_bytes:  # priced by flops alone (a convolution geometry): that
+            by_bytes, by_flops = by_flops, 0.0  # time is what kernels beside it stretch
         self.parts.append((cost.latency, by_bytes, by_flops, cost.crowd if by_bytes else 0.0))
         self.compiled.append(self.native and op.name in COMPILED and not broadcast)
 

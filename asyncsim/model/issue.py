@@ -144,11 +144,11 @@ class FrontendProcess:
             yield held
 
     def _prepare(self, op: Op) -> tuple[float, simpy.Store]:
-        """Price `op` and pick its lane queue (cached per op name and devices); return its issue
-        cost and that queue."""
+        """Price `op` and pick its lane queue (cached per op name, devices and geometry); return
+        its issue cost and that queue."""
         broadcast = op.name in BROADCASTING and self._broadcast(op)
         key = (op.name, op.device, op.attrs.get("src"), broadcast, op.attrs.get("graph"),
-               op.attrs.get("phase"))
+               op.attrs.get("phase"), op.geometry)
         rule = self.rules.get(key)
         if rule is None:
             rule = self.rules[key] = self._rule(op, broadcast)

@@ -10,7 +10,9 @@ A Profile says
   name from `asyncsim.nd.ops`, an op group (create, elementwise, reduce, dot, copy) or "*" (a
   fallback, not for "frontend", whose fallback is t1). An op is priced by name, then group, then
   "*"; a binary op whose operands' shapes differ (broadcasting: another path through the frontend
-  and the kernel) by "DEVICE:broadcast" before those, where the profile has one;
+  and the kernel) by "DEVICE:broadcast" before those, where the profile has one; a convolution
+  by "DEVICE:NAME@GEOMETRY" before them (`asyncsim.nd.ops.geometry`: its shape without the batch,
+  for a profile that timed that geometry: BLAS's speed depends on the product's shape);
 - `links`: the copy cost of `copyto` between devices, keyed "cpu->gpu", "gpu->cpu", "gpu->gpu",
   and optionally "gpu->host": a blocker's copy of a GPU array into fresh (pageable) host memory
   (asnumpy, item, print of GPU data; without it such a blocker is priced as on the CPU);
@@ -146,6 +148,10 @@ class Profile:
                           for m in graph.ops)
             return "graph", Cost(latency=seconds)
         kind = device_kind(op.device)
+        if op.geometry:  # a convolution: its own geometry's cost where the profile timed it
+            key = f"{kind}:{op.name}@{op.geometry}"
+            if key in self.costs:
+                return key, self.costs[key]
         keys = (f"{kind}:{op.name}", f"{kind}:{OPS[op.name].group}", f"{kind}:*")
         for key in (f"{kind}:{BROADCAST}", *keys) if broadcast else keys:
             if key in self.costs:

@@ -47,6 +47,7 @@ capacity limits, and errors raised inside ops.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import replace
 
 import simpy
 
@@ -106,21 +107,19 @@ class _Model(FrontendProcess):
         self.marks: list = []
         self.open_marks: dict = {}
         self.mark_samples: list = []  # (label, begin, memory samples before the mark)
-        # every CPU device (cpu(0) is "cpu", cpu(i) "cpu{i}") has its own ready queue and
-        # `profile.workers` workers; they share the host's cores and GIL
+        # every CPU device (cpu(0) is "cpu", cpu(i) "cpu{i}") has memory of its own, and its
+        # ops go to the one ready queue of `profile.workers` CPU workers (the same cores), as
+        # realexec runs them; `_device_lanes` shows an op of cpu(i) on "cpu{i}/w.." lanes
         cpus = sorted({d for d in program.devices if device_kind(d) == "cpu"} | {"cpu"})
         workers = _worker_processes(program, profile)
-        self.host = (host.Host(self, profile, mode, workers=workers * len(cpus))
-                     if profile.contended else None)
+        self.host = host.Host(self, profile, mode, workers=workers) if profile.contended else None
         self.gil = self.host.gil if self.host else None
-        self.pools = {}
-        for device in cpus:
-            self.pools[device] = pool = self.host.queue_for(device) if self.host else _Queue(env)
-            for k in range(workers):
-                worker = self.host.worker if self.host else self._worker
-                env.process(worker(f"{device}/w{k}", pool, False))
-        self.pool = self.pools["cpu"]
-        self.cpu_queues = list(self.pools.values())
+        self.pool = pool = self.host.queue if self.host else _Queue(env)
+        self.pools = dict.fromkeys(cpus, pool)
+        for k in range(workers):
+            worker = self.host.worker if self.host else self._worker
+            env.process(worker(f"cpu/w{k}", pool, False))
+        self.cpu_queues = [pool]
         self.queue_of: list = []  # position -> the queue its op runs from
         self.streams = {}
         for i in range(profile.gpus):
@@ -258,7 +257,19 @@ def simulate(program: Program, profile: Profile | str, mode: str = "async",
             "mode": mode, "max_inflight": max_inflight, "params": dict(program.params),
             "workers": profile.workers, "gpus": profile.gpus,
             "mark_samples": [list(mark) for mark in model.mark_samples]}  # as JSON keeps it
-    return Trace(spans=model.spans, memory=model.memory, marks=model.marks, meta=meta)
+    return Trace(spans=_device_lanes(model.spans, program), memory=model.memory,
+                 marks=model.marks, meta=meta)
+
+
+def _device_lanes(spans: list[Span], program: Program) -> list[Span]:
+    """The spans, with an op of cpu(i), i > 0, moved from "cpu/w.." to "cpu{i}/w.." (the
+    worker that ran it, shown under its device), as realexec's trace shows it."""
+    moved = {op.id: op.device for op in program.ops
+             if op.device != "cpu" and device_kind(op.device) == "cpu"}
+    if not moved:
+        return spans
+    return [replace(s, lane=moved[s.op_id] + s.lane[3:])
+            if s.op_id in moved and s.lane.startswith("cpu/") else s for s in spans]
 
 
 def predict(workload, profile: Profile | str, mode: str = "async",

@@ -467,9 +467,10 @@ class ND(Functions):
         op_id = next(self._op_ids)
         if name in ("uniform", "normal"):
             attrs["seed"] = self._seed * 1_000_003 + op_id
+        geometry = ops.geometry(name, shapes, attrs) if name in ops.GEOMETRY else ""
         return self._build(op_id, name, inputs, attrs, ctx, ctx.device, shape, dtype,
                            ops.nbytes(shape, dtype), in_bytes, ops.flops(name, shapes, shape),
-                           out, host)
+                           out, host, geometry)
 
     def _same(self, name, inputs, attrs, out=None) -> NDArray:
         """The fast path of `_op` for an op of `ops.SAME_SHAPE`, called by NDArray's own methods
@@ -499,7 +500,7 @@ class ND(Functions):
         return result
 
     def _build(self, op_id, name, inputs, attrs, ctx, device, shape, dtype, nbytes, in_bytes,
-               flops, out, host) -> NDArray:
+               flops, out, host, geometry="") -> NDArray:
         """Make the Op (and for a fresh output its Var), issue it, return the result's handle."""
         if out is None:
             var = next(self._var_ids)
@@ -515,7 +516,8 @@ class ND(Functions):
         reads = (inputs[0].var,) if len(inputs) == 1 else tuple([a.var for a in inputs])
         if _TAPE.phase is not None:  # e.g. issued by backward: a profile may price it apart
             attrs = {**attrs, "phase": _TAPE.phase}
-        op = Op(op_id, name, reads, var, out is None, device, attrs, flops, nbytes + in_bytes)
+        op = Op(op_id, name, reads, var, out is None, device, attrs, flops, nbytes + in_bytes,
+                geometry)
         if out is not None:
             if _TAPE.recording:  # before the issue: a refused in-place write must not run
                 autograd.note(out, name, inputs, attrs)

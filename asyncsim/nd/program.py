@@ -44,6 +44,9 @@ class Op:
     attrs: dict
     flops: float
     nbytes: int  # bytes read plus bytes written
+    # the op's shape without its batch, for the ops of `ops.GEOMETRY` (else ""): a profile may
+    # price each geometry of a convolution apart
+    geometry: str = ""
 
     @property
     def writes(self) -> tuple[int, ...]:

@@ -188,7 +188,8 @@ def op_costs(measured: dict, device: str = "cpu", extra: dict | None = None) -> 
     name -> {"points": [[bytes, flops, seconds], ...]}, as
     `realexec.calibration.training.kernel_times` gives them): latency + bytes / bandwidth +
     flops / peak for the convolutions and the products (with `extra`, the square ones of the
-    `dot` sweep: `dot_points`), `fit_bytes` (with its cache levels) for the others. The
+    `dot` sweep: `dot_points`), `fit_bytes` (with its cache levels) for the others; and
+    "cpu:<op>@<geometry>" for each convolution geometry timed (`geometry_cost`). The
     coefficients are added to `measured`. `extra`: op name -> more points of that op, measured
     elsewhere, fitted along."""
     costs: dict[str, Cost] = {}
@@ -206,7 +207,19 @@ def op_costs(measured: dict, device: str = "cpu", extra: dict | None = None) -> 
             cost, coef = fit_bytes(moved, times, levels=max(0, min(2, sizes - 4)))
         fitted["coefficients"] = coef
         costs[f"{device}:{name}"] = cost
+        for geometry, (_, flops, seconds) in fitted.get("geometries", {}).items():
+            costs[f"{device}:{name}@{geometry}"] = geometry_cost(cost.latency, flops, seconds)
     return costs
+
+
+def geometry_cost(latency: float, flops: float, seconds: float) -> Cost:
+    """The cost of one convolution geometry from its one timed call: the op's fitted latency,
+    then the call's flop rate, so a batch of that geometry costs in proportion to its images
+    (the kernel convolves images in chunks, each chunk's product as fast at any batch). The one
+    formula over every geometry misses single shapes by up to a third: BLAS runs a product of
+    few filters or few channels far below its peak."""
+    latency = min(latency, seconds / 2)
+    return Cost(latency=latency, peak=flops / (seconds - latency))
 
 
 def _crowd(case: dict, latency: float, workers: int) -> float:
@@ -220,9 +233,11 @@ def _crowd(case: dict, latency: float, workers: int) -> float:
 
 
 def set_crowding(costs: dict, measured: dict, workers: int) -> None:
-    """`crowd` of the memory-bound costs from the elementwise runs (averaged over sizes); below
-    5% it is noise and counts as none. Compute-bound kernels (the samplers, dot) on cores of
-    their own share nothing: their runs are a check, kept in meta, not a crowd."""
+    """`crowd` of the memory-bound costs from the elementwise runs (averaged over sizes), and of
+    each convolution geometry's three costs from that geometry's runs (im2col's copies share
+    the memory system; the model stretches their flops time, which is all they have); below 5%
+    it is noise and counts as none. The samplers and dot on cores of their own share nothing:
+    their runs are a check, kept in meta, not a crowd."""
     if workers < 2 or not measured:
         return
     latency = costs["cpu:elementwise"].latency
@@ -232,3 +247,15 @@ def set_crowding(costs: dict, measured: dict, workers: int) -> None:
     for key in MEMORY_BOUND:
         if key in costs and crowd > 0.05:
             costs[key].crowd = crowd
+    # convolutions two at once (`training.crowding`): the forward's geometry from the forward
+    # twice, the gradients' from the two gradients together
+    for label, case in measured.items():
+        name, at, geometry = label.partition("@")
+        if not at or not name.startswith("conv2d"):
+            continue
+        crowd = _crowd(case, 0.0, workers)
+        names = ("conv2d",) if name == "conv2d" else ("conv2d_grad_data", "conv2d_grad_weight")
+        for op in names:
+            key = f"cpu:{op}@{geometry}"
+            if key in costs and crowd > 0.05:
+                costs[key].crowd = crowd

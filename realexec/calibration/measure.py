@@ -61,12 +61,17 @@ FULL = Settings(sizes=(2**10, 2**13, 2**16, 2**18, 2**20, 2**21, 2**22, 2**23),
                 compute_size=2**20, fresh_rounds=3, recheck_size=2**13, spread=0.1,
                 # 2**22: past the last cache, as the training scenarios' activations are
                 op_sizes=(2**10, 2**13, 2**16, 2**19, 2**21, 2**22),
-                # 8.4's LeNet layers (and a small batch), ResNet's 3x3 blocks on shrinking
-                # images with more channels, a strided 1x1 projection
+                # every layer of 8.4's LeNet (and a small batch) and of 8.5's ResNet-18 on
+                # 28x28 images (its first convolution, then per stage: a 3x3 block, the strided
+                # 3x3 and 1x1 that halve the image), each priced on its own geometry as well
+                # (`fits.geometry_cost`); batches of 1-5 ms a call
                 conv_shapes=((8, 1, 28, 20, 3, 1, 0), (64, 1, 28, 20, 3, 1, 0),
-                             (32, 20, 13, 50, 5, 1, 0), (16, 3, 32, 16, 3, 1, 1),
-                             (8, 64, 16, 64, 3, 1, 1), (4, 128, 8, 128, 3, 1, 1),
-                             (4, 256, 4, 256, 3, 1, 1), (16, 64, 8, 128, 1, 2, 0)),
+                             (32, 20, 13, 50, 5, 1, 0), (16, 1, 28, 64, 3, 1, 1),
+                             (2, 64, 28, 64, 3, 1, 1), (4, 64, 28, 128, 3, 2, 1),
+                             (16, 64, 28, 128, 1, 2, 0), (2, 128, 14, 128, 3, 1, 1),
+                             (4, 128, 14, 256, 3, 2, 1), (16, 128, 14, 256, 1, 2, 0),
+                             (4, 256, 7, 256, 3, 1, 1), (8, 256, 7, 512, 3, 2, 1),
+                             (16, 256, 7, 512, 1, 2, 0), (4, 512, 4, 512, 3, 1, 1)),
                 # dense layers' products: a batch through a layer, and its gradients
                 dot_shapes=((64, 128, 256), (256, 512, 1024), (512, 1024, 256)),
                 graph_repeats=100)
@@ -194,8 +199,9 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
 
 
 def _concurrency(bench, s: Settings) -> dict:
-    """Memory-bound ops (two sizes), a sampler and a product, one at a time and W at once; the
-    frontend's issue period with workers asleep and with all of them running."""
+    """Memory-bound ops (two sizes), a sampler, a product and every convolution geometry of
+    `conv_shapes`, one at a time and W at once; the frontend's issue period with workers asleep
+    and with all of them running."""
     nd = bench.nd
     xs = [nd.random.uniform(shape=(n,)) for n in s.crowd_sizes]
     m = nd.random.uniform(0, 1 / 256, shape=(256, 256))
@@ -207,6 +213,10 @@ def _concurrency(bench, s: Settings) -> dict:
     for label, make, name in cases:
         alone, together = microbench_host.concurrency(bench, make, 4, name)
         out[label] = {"alone": alone, "together": together}
+    # convolutions two at once: their im2col and col2im copies share the memory system, more so
+    # the larger the images (a 64-channel 28x28 layer's gradients slow by a quarter, a 4x4 one's
+    # not at all)
+    out.update(training.crowding(bench, s.conv_shapes))
     alone_period, busy_period = microbench_host.busy_frontend(bench, s.issue_ops // 2,
                                                               s.loops, 40 * s.issue_ops)
     out["frontend"] = {"alone": alone_period, "busy": busy_period}

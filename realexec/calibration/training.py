@@ -145,9 +145,54 @@ def _convolutions(nd, batch, channels, side, filters, kernel, stride, pad) -> li
     ]
 
 
+def crowding(bench, conv_shapes, rounds: int = 3) -> dict:
+    """How much two convolutions at once slow each other, per geometry of `conv_shapes` (the
+    last shape of a geometry gives its batch): "conv2d@<geometry>", the forward twice (as two
+    devices run a layer), and "conv2d_grad@<geometry>", the data and weight gradients (which
+    backward issues together), each {"alone": s, "together": s}: the mean exec seconds of the
+    two ops one at a time and both at once (queued while the workers are held, so they start
+    together), from the round of `rounds` with the median ratio."""
+    nd = bench.nd
+    pairs = {}
+    for shape in conv_shapes:
+        forward, grad_data, grad_weight = (
+            (lambda name=name, inputs=inputs, attrs=attrs: nd.invoke(name, *inputs, **attrs))
+            for name, inputs, attrs in _convolutions(nd, *shape))
+        (_, inputs, attrs), = _convolutions(nd, *shape)[:1]
+        geometry = ops.geometry("conv2d", tuple(a.shape for a in inputs), attrs)
+        pairs[f"conv2d@{geometry}"] = (forward, forward)
+        pairs[f"conv2d_grad@{geometry}"] = (grad_data, grad_weight)
+    nd.waitall()
+    out = {}
+    for label, (first, second) in pairs.items():
+        first().wait_to_read()  # compiled, buffers touched
+        second().wait_to_read()
+        results = []
+        for _ in range(rounds):
+            seconds = []
+            for together in (False, True):
+                since = bench.mark()
+                if together:
+                    bench.hold((), 0.003)
+                    first(), second()
+                    nd.waitall()
+                else:
+                    first().wait_to_read()
+                    second().wait_to_read()
+                spans = [end - start for _, name, start, end in bench.spans(since, "exec")
+                         if name.startswith("conv2d")]
+                seconds.append(sum(spans) / len(spans))
+            results.append(tuple(seconds))
+        results.sort(key=lambda pair: pair[1] / pair[0])
+        alone, together = results[len(results) // 2]
+        out[label] = {"alone": alone, "together": together}
+    return out
+
+
 def kernel_times(bench, calls, repeats: int, rounds: int, pause: float,
                  longest: float = LONGEST) -> dict:
-    """op name -> {"points": [[bytes, flops, seconds], ...]}: each call's exec seconds, a low
+    """op name -> {"points": [[bytes, flops, seconds], ...]} (and for a convolution
+    "geometries": {`ops.geometry`: its point}): each call's exec seconds, a low
     quantile (0.25) of `repeats` calls one at a time in each of `rounds` sweeps over all the
     calls (`pause` seconds of busy cores between sweeps), then `central` of the sweeps.
 
@@ -186,7 +231,11 @@ def kernel_times(bench, calls, repeats: int, rounds: int, pause: float,
     out: dict = defaultdict(lambda: {"points": []})
     for (name, inputs, attrs), column in zip(timed, zip(*sweeps, strict=True), strict=True):
         nbytes, flops = features(name, inputs, attrs)
-        out[name]["points"].append([float(nbytes), float(flops), central(column)])
+        point = [float(nbytes), float(flops), central(column)]
+        out[name]["points"].append(point)
+        geometry = ops.geometry(name, tuple(a.shape for a in inputs), attrs)
+        if geometry:  # a convolution: its point priced apart too (`fits.op_costs`)
+            out[name].setdefault("geometries", {})[geometry] = point
     return dict(out)
 
 

@@ -2,8 +2,8 @@
 Chinese 8.4 prints none); 8.4-2 and 8.5's are in `multi_device_scaling`, which uses the shared
 functions below. The chapter's code is `asyncsim.lab.scenarios.data_parallel`. GPUs are the
 model's, on the book's GPU machine (preset 'book-gpu', with as many GPUs as asked); CPU devices
-(`nd.cpu(i)`, a lane of workers each) stand in for them where a check needs values from this
-machine's engine.
+(`nd.cpu(i)`, memory of their own, the CPU's workers) stand in for them where a check needs
+values from this machine's engine.
 
 - 8.4-1 (graded on the model): minibatches of k b on k GPUs. The answer is `workload(nd,
   num_devices, batch_size, num_train)`, one epoch of LeNet in region 'epoch 1'. Read off the
@@ -79,7 +79,8 @@ def record_harness(harness, what: str, **params):
 
 
 def run_harness(harness, what: str, **params):
-    """What the harness returns, run on this machine's engine (one worker per device)."""
+    """What the harness returns, run on this machine's engine (one worker, which every CPU
+    device shares)."""
     import realexec
 
     try:

@@ -10,8 +10,9 @@
   epoch on one GPU (batch 256), 6.7 s on two (batch 512): compute-bound, so it nearly halves.
 
 `devices` picks the kind: 'gpu' as the book (the model's GPUs; a real run needs GPUs), or 'cpu'
-for `nd.cpu(i)` devices, each with its own lane of workers, so that a CPU-only machine runs data
-parallelism for real. `num_train`/`num_test` shrink the epoch for real runs on a small machine
+for `nd.cpu(i)` devices, each with memory of its own and its ops on the CPU's workers (the same
+cores: a device of its own threads would only time-slice them), so that a CPU-only machine runs
+data parallelism for real. `num_train`/`num_test` shrink the epoch for real runs on a small machine
 (an epoch of 60000 images through LeNet is minutes of CPU here; ResNet-18 hours). Each epoch is a
 region `epoch k`; the line printed is the book's, with the region's time where the run has a
 clock. The data is Fashion-MNIST if the user has its files, else a synthetic set of its shapes
@@ -235,8 +236,8 @@ SCENARIOS = [
     _cpu("lenet_cpu1", lenet_data_parallel, _LENET_CPU, 1,
          "8.4's LeNet on cpu(0): one epoch of 1024 images, batch 256"),
     _cpu("lenet_cpu2", lenet_data_parallel, _LENET_CPU, 2,
-         "8.4's LeNet on cpu(0) and cpu(1), a lane of workers each: the chapter's allreduce on "
-         "one host"),
+         "8.4's LeNet on cpu(0) and cpu(1), sharing the CPU's workers: the chapter's allreduce "
+         "on one host"),
     _cpu("resnet18_cpu1", resnet_data_parallel, _RESNET_CPU, 1,
          "8.5's ResNet-18 on cpu(0): two batches of 16"),
     _cpu("resnet18_cpu2", resnet_data_parallel, _RESNET_CPU, 2,

@@ -45,6 +45,19 @@ COMPILED = frozenset({"add", "sub", "mul", "div", "copy", "copyto", "add_scalar"
                       "rsub_scalar", "mul_scalar", "div_scalar", "rdiv_scalar", "relu", "ones",
                       "zeros", "full"})
 
+# Ops whose speed depends on their shape beyond the bytes and flops they are priced by (the
+# convolutions: the shape of their BLAS product): the frontend records `geometry` on their Op,
+# and a profile may hold a cost per geometry ("cpu:conv2d@1x28x28-20x3x3-s1x1-p0x0").
+GEOMETRY = nn.GEOMETRY
+
+
+def geometry(name: str, shapes: tuple[Shape, ...], attrs: dict) -> str:
+    """Op `name`'s shape without its batch (see `GEOMETRY`), or "" for an op priced by its bytes
+    and flops alone."""
+    rule = GEOMETRY.get(name)
+    return rule(name, shapes, attrs) if rule is not None else ""
+
+
 # The largest array the frontend accepts: its bytes must fit numpy's index type.
 MAX_BYTES = 2**62
 
@@ -98,6 +111,6 @@ def flops(name: str, shapes: tuple[Shape, ...], out: Shape) -> float:
     return OPS[name].flops(shapes, out)
 
 
-__all__ = ["BROADCASTING", "COMPILED", "DTYPES", "INPLACE", "ITEMSIZE", "MAX_BYTES", "OPS",
-           "SAME_SHAPE", "OpDef", "Shape", "ShapeError", "broadcast", "broadcasts", "check_dtype",
-           "flops", "infer", "nbytes"]
+__all__ = ["BROADCASTING", "COMPILED", "DTYPES", "GEOMETRY", "INPLACE", "ITEMSIZE", "MAX_BYTES",
+           "OPS", "SAME_SHAPE", "OpDef", "Shape", "ShapeError", "broadcast", "broadcasts",
+           "check_dtype", "flops", "geometry", "infer", "nbytes"]

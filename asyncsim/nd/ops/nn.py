@@ -81,6 +81,23 @@ def _conv2d_grad_weight(shapes, attrs):
     return weight
 
 
+def conv_geometry(name, shapes, attrs) -> str:
+    """A convolution's shape without its batch, as "CxHxW-FxKHxKW-sSHxSW-pPHxPW": its data's
+    channels and image, its filters and kernel, stride and pad. The speed of the BLAS product
+    behind the three convolutions (`realexec.cpu.conv`) depends on these, not on the batch
+    (images are convolved in chunks), so a profile may price each geometry on its own."""
+    if name == "conv2d_grad_data":
+        data, weight = tuple(attrs["data_shape"]), shapes[1]
+    elif name == "conv2d_grad_weight":
+        data, weight = shapes[0], tuple(attrs["weight_shape"])
+    else:
+        data, weight = shapes
+    (kh, kw), (sh, sw), (ph, pw) = (_pair(name, attrs, k, shapes)
+                                    for k in ("kernel", "stride", "pad"))
+    c, h, w = data[1:]
+    return f"{c}x{h}x{w}-{weight[0]}x{kh}x{kw}-s{sh}x{sw}-p{ph}x{pw}"
+
+
 def _pool2d(shapes, attrs):
     data = shapes[0]
     if len(data) != 4:
@@ -277,4 +294,7 @@ DEFS = [
 
 INPLACE = frozenset({"bn_update"})
 
-__all__ = ["DEFS", "INPLACE", "per_element", "same"]
+# ops whose cost a profile may key by `conv_geometry` as well as by name
+GEOMETRY = {name: conv_geometry for name in ("conv2d", "conv2d_grad_data", "conv2d_grad_weight")}
+
+__all__ = ["DEFS", "GEOMETRY", "INPLACE", "conv_geometry", "per_element", "same"]
