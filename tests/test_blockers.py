@@ -52,10 +52,12 @@ def test_push_returns_while_the_op_is_still_running():
 
 
 def test_issue_span_ends_before_a_large_dot_finishes():
-    """On a real 400x400 product the push span ends before the exec span does, and the
-    wait_to_read span ends after it (the frontend waited, then woke)."""
+    """On a real 1000x1000 product the push span ends before the exec span does, and the
+    wait_to_read span ends after it (the frontend waited, then woke). (The product is large
+    because the compiled worker starts it at once, BLAS's threads beside it: a frontend kept off
+    its core for longer than the product would stamp its push's end late.)"""
     def work(nd):
-        x = nd.ones((400, 400))
+        x = nd.ones((1000, 1000))
         y = nd.dot(x, x)
         y.wait_to_read()
 
@@ -64,7 +66,7 @@ def test_issue_span_ends_before_a_large_dot_finishes():
     issue = next(s for s in trace.spans_of("frontend", "issue") if s.name == "dot")
     wait = trace.spans_of("frontend", "wait")[0]
     assert wait.name == "wait_to_read"
-    assert issue.end < dot.end <= wait.end
+    assert issue.start < dot.start and issue.end < dot.end <= wait.end
     assert issue.end <= wait.start
 
 

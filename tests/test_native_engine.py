@@ -16,11 +16,14 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import realexec
 from realexec import OpError
 from realexec.cpu import kernels as cpu
-from realexec.cpu.worker import BINARY, PYTHON, SCALAR, address, work
+from realexec.cpu import worker
+from realexec.cpu.worker import BINARY, GEMM, PYTHON, SCALAR, address, work
 from realexec.engine import table as t
 from realexec.engine.native import NativeEngine
 
@@ -99,6 +102,68 @@ def test_the_compiled_worker_runs_native_ops_and_hands_python_ones_back():
     t.complete(s, 2, 0)
     buf[t.H_STOP] = 1
     assert work(s, 0, 0) == -1
+
+
+needs_blas = pytest.mark.skipif(worker.GEMM_ADDRESSES is None,
+                                reason="numpy's BLAS is not the ILP64 OpenBLAS the worker calls")
+
+
+@needs_blas
+@settings(max_examples=30, deadline=None)
+@given(m=st.integers(1, 9), k=st.integers(1, 9), n=st.integers(1, 9), ta=st.booleans(),
+       tb=st.booleans(), dtype=st.sampled_from([np.float32, np.float64]))
+def test_the_compiled_worker_multiplies_matrices_through_numpys_blas(m, k, n, ta, tb, dtype):
+    """A `dot` of 2-d arrays is a native op (`GEMM`): the worker calls numpy's BLAS by address,
+    without Python, and gives numpy's product for every transpose and both dtypes."""
+    rng = np.random.default_rng(m * 100 + k * 10 + n)
+    a = rng.standard_normal((k, m) if ta else (m, k)).astype(dtype)
+    b = rng.standard_normal((n, k) if tb else (k, n)).astype(dtype)
+    out = np.empty((m, n), dtype)
+    attrs = {"transpose_a": ta, "transpose_b": tb}
+    kind, code, sizes = worker.native_op("dot", attrs, [a.shape, b.shape])
+    assert kind == GEMM
+    buf, s = t.new_state(4, 0, gemm=worker.GEMM_ADDRESSES)
+    t.push(s, 0, 0, 0, kind, code, worker.DTYPES[np.dtype(dtype)], out.size, address(a.ravel()),
+           address(b.ravel()), address(out.ravel()), sizes, 0, -1, -1, -1, NONE)
+    buf[t.H_STOP] = 0
+    push(s, 1, preds=[0])  # a Python op after it: the worker hands it back once GEMM is done
+    assert work(s, 0, 0) == 1
+    expected = (a.T if ta else a) @ (b.T if tb else b)
+    np.testing.assert_allclose(out, expected, rtol=1e-5 if dtype is np.float32 else 1e-12)
+
+
+@st.composite
+def bias_shapes(draw):
+    """A result's shape and a bias's: a run of its dims kept, the others 1, leading 1s maybe
+    dropped."""
+    a = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=4)))
+    first = draw(st.integers(0, len(a)))
+    last = draw(st.integers(first, len(a)))
+    b = tuple(d if first <= i < last else 1 for i, d in enumerate(a))
+    return a, b[draw(st.integers(0, first)):] or (1,)
+
+
+@settings(max_examples=40, deadline=None)
+@given(shapes=bias_shapes(), op=st.sampled_from(["__add__", "__sub__", "__mul__",
+                                                  "__truediv__"]))
+def test_a_bias_broadcast_runs_compiled_and_gives_numpys_result(shapes, op):
+    """x op b where b repeats as a bias (a dense layer's, a convolution's) is a native op
+    (`BLOCK`), and its result is numpy's, bit for bit."""
+    a_shape, b_shape = shapes
+    assert worker.native_op(op.strip("_").replace("truediv", "div"), {},
+                            [a_shape, b_shape]) is not None or a_shape == b_shape
+    rng = np.random.default_rng(len(a_shape) * 10 + len(b_shape))
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b = rng.uniform(0.5, 2.0, b_shape).astype(np.float32)
+    with realexec.session(workers=2) as nd:
+        got = getattr(nd.array(a), op)(nd.array(b)).asnumpy()
+    np.testing.assert_array_equal(got, getattr(a, op)(b))
+
+
+def test_products_too_large_or_empty_or_of_vectors_stay_python_ops():
+    assert worker.native_op("dot", {}, [(2, 0), (0, 3)]) is None
+    assert worker.native_op("dot", {}, [(3,), (3,)]) is None
+    assert worker.native_op("dot", {}, [(1 << 17, 2), (2, 2)]) is None
 
 
 def chains(nd, n=40, size=(100, 100)):

@@ -29,6 +29,15 @@ def two_chains(nd, n=30, side=40):
 
 
 # inputs made by `array` (a host copy, not compiled): no compiled op anywhere in these two
+def sigmoids(nd, n=10):
+    m = nd.array(np.ones((8, 8), np.float32))
+    nd.waitall()
+    with nd.benchmark("sigmoids"):
+        for _ in range(n):
+            m = nd.sigmoid(m)
+        nd.waitall()
+
+
 def dots(nd, n=10):
     m = nd.array(np.ones((8, 8), np.float32))
     nd.waitall()
@@ -39,7 +48,8 @@ def dots(nd, n=10):
 
 
 def broadcasts(nd, n=10):
-    m, row = nd.array(np.ones((8, 8), np.float32)), nd.array(np.ones(8, np.float32))
+    # (2, 1, 4) against (2, 4, 4): not a bias's repetition, so the strided kernel, in Python
+    m, row = (nd.array(np.ones((2, 4, 4), np.float32)), nd.array(np.ones((2, 1, 4), np.float32)))
     nd.waitall()
     with nd.benchmark("broadcasts"):
         for _ in range(n):
@@ -54,9 +64,34 @@ def test_compiled_chains_skip_the_gil_and_its_python():
     assert native < python - 60 * 20e-6 / 2
 
 
-@pytest.mark.parametrize("workload, region", [(dots, "dots"), (broadcasts, "broadcasts")])
+def biases(nd, n=10):
+    m, row = nd.array(np.ones((8, 8), np.float32)), nd.array(np.ones(8, np.float32))
+    nd.waitall()
+    with nd.benchmark("biases"):
+        for _ in range(n):
+            m = m + row
+        nd.waitall()
+
+
+def test_a_bias_add_runs_compiled():
+    """x + b with b a dense layer's bias broadcasts as a block: the compiled worker runs it."""
+    python = predict(biases, _profile()).regions["biases"]
+    native = predict(biases, _profile(native=1)).regions["biases"]
+    assert native < python - 10 * 20e-6
+
+
+def test_products_run_compiled_too():
+    """A product (2-d `dot`) is run by the compiled worker through BLAS: no worker Python."""
+    python = predict(dots, _profile()).regions["dots"]
+    native = predict(dots, _profile(native=1)).regions["dots"]
+    assert native < python - 10 * 20e-6
+
+
+@pytest.mark.parametrize("workload, region", [(sigmoids, "sigmoids"),
+                                              (broadcasts, "broadcasts")])
 def test_other_ops_pay_as_before(workload, region):
-    """Products and broadcasting ops come back to Python: the flag changes nothing for them."""
+    """Other ops (a sigmoid) and broadcasting ones come back to Python: the flag changes nothing
+    for them."""
     python = predict(workload, _profile()).regions[region]
     native = predict(workload, _profile(native=1)).regions[region]
     assert native == pytest.approx(python, rel=1e-12)
@@ -68,8 +103,12 @@ def test_the_flag_is_a_profile_field_and_the_set_matches_the_worker():
     assert _profile(native=1).native == 1 and _profile().native == 0
     assert worker.native_op("add_scalar", {"scalar": 1.0}, [(2,)]) is not None
     assert all(worker.native_op(name, {"scalar": 1.0, "value": 0.0}, [(2,), (2,)]) is not None
-               for name in COMPILED)
-    assert worker.native_op("add", {}, [(2, 2), (2,)]) is None  # broadcasting: Python
+               for name in COMPILED - {"dot"})
+    # a product runs compiled through numpy's BLAS where it is the ILP64 OpenBLAS numpy ships
+    gemm = worker.native_op("dot", {}, [(2, 3), (3, 4)])
+    assert (gemm is not None) == (worker.GEMM_ADDRESSES is not None)
+    assert worker.native_op("add", {}, [(2, 3, 2), (2, 1, 2)]) is None  # strided: Python
+    assert worker.native_op("add", {}, [(2, 2), (2,)])[0] == worker.BLOCK  # a bias: compiled
 
 
 def test_a_spinning_idle_worker_takes_its_next_op_without_a_wake_up():

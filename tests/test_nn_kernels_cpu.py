@@ -357,3 +357,33 @@ def test_graph_rejects_in_place_ops():
                        {"w": (2,), "g": (2,)})
     with pytest.raises(ValueError, match="sgd_update"):
         KERNELS["graph"]((np.zeros(2), np.zeros(2)), np.empty(2), {"graph": graph})
+
+
+def test_a_graph_of_native_ops_runs_in_one_compiled_call(monkeypatch):
+    """relu(x @ w + b), every op one the compiled worker runs itself: the graph runs as one
+    compiled call (`worker.run_steps`), twice over the same temporaries, with numpy's result;
+    a member kernel replaced since makes it run step by step instead."""
+    from realexec.cpu import worker
+
+    if worker.GEMM_ADDRESSES is None:
+        pytest.skip("numpy's BLAS is not the ILP64 OpenBLAS the worker calls")
+    calls = []
+    real = worker.run_steps
+    monkeypatch.setattr(worker, "run_steps", lambda *a: (calls.append(1), real(*a)))
+    rng = np.random.default_rng(1)
+    x, w, b = rng.standard_normal((4, 3)), rng.standard_normal((3, 5)), rng.standard_normal(5)
+    graph = fake_graph(
+        ["x", "w", "b"],
+        [("dot", ["x", "w"], "h", {}), ("add", ["h", "b"], "s", {}), ("relu", ["s"], "y", {})],
+        "y", {"x": (4, 3), "w": (3, 5), "b": (5,), "h": (4, 5), "s": (4, 5), "y": (4, 5)})
+    expected = np.maximum(x @ w + b, 0)
+    for _ in range(2):
+        out = np.empty((4, 5))
+        KERNELS["graph"]((x, w, b), out, {"graph": graph})
+        np.testing.assert_allclose(out, expected, rtol=1e-12)
+    assert len(calls) == 2
+    patched = {**KERNELS, "relu": lambda inputs, out, attrs: KERNELS["relu"](inputs, out, attrs)}
+    out = np.empty((4, 5))
+    graph_kernel(patched, built=dict(KERNELS))((x, w, b), out, {"graph": graph})
+    np.testing.assert_allclose(out, expected, rtol=1e-12)
+    assert len(calls) == 2

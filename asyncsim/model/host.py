@@ -54,9 +54,10 @@ what the book's closed forms assume. With a Host:
   sharing one memory system; fixed at its start, which is exact for kernels that start together
   and cheap to simulate). Compute-bound kernels (crowd 0) neither stretch nor count.
 - compiled workers (`profile.native`, realexec's default engine): an op of `ops.COMPILED` that
-  does not broadcast is run and completed by compiled code, so it neither takes nor waits for
-  the GIL and pays no `gil`, `release` or `recheck`; a worker back from a Python op lets the GIL
-  go before it. Other ops (products, convolutions, reductions) come back to Python as before.
+  does not broadcast, or broadcasts as a bias (`ops.native_broadcast`), is run and completed by
+  compiled code, so it neither takes nor waits for the GIL and pays no `gil`, `release` or
+  `recheck`; a worker back from a Python op lets the GIL go before it. Other ops (convolutions,
+  reductions, samplers) come back to Python as before.
   An idle compiled worker spins `profile.idle_spin` seconds before it sleeps: an op queued
   meanwhile starts at once, with no `dispatch` and no `wake` for whoever queued it.
 NaiveEngine (`mode='sync'`) runs each op inside its issuing call: no wake-ups, no GIL contest;
@@ -270,7 +271,8 @@ class Host:
     def prepare(self, op, cost, link: bool, broadcast: bool = False) -> None:
         """Split the op's lane cost: (latency with the GIL, bytes time, flops time (without the
         GIL, and not stretched by crowding), crowd), and note whether a compiled worker runs
-        it without the GIL (`Profile.native`)."""
+        it without the GIL (`Profile.native`). `broadcast`: it broadcasts in a way the compiled
+        worker leaves to Python (`ops.native_broadcast` says which it keeps)."""
         if link:
             self.parts.append((cost.latency, cost.bytes_time(op.nbytes / 2), 0.0, 0.0))
             self.compiled.append(False)

@@ -37,7 +37,7 @@ from __future__ import annotations
 import simpy
 
 from asyncsim.model.profile import device_kind, is_link_copy
-from asyncsim.nd.ops import BROADCASTING, broadcasts
+from asyncsim.nd.ops import BROADCASTING, broadcasts, native_broadcast
 from asyncsim.nd.program import Call, Free, Mark, Op, Sync
 from asyncsim.nd.trace import Span
 
@@ -162,7 +162,8 @@ class FrontendProcess:
         self.in_order.append(not any(queue is q for q in self.cpu_queues))
         self.queue_of.append(queue)
         if self.host is not None:
-            self.host.prepare(op, lane_cost, link, broadcast)
+            self.host.prepare(op, lane_cost, link,
+                              broadcast and not native_broadcast(op, self.program.vars))
         cost = self.profile.t1 if issue_cost is None else issue_cost.time(op.nbytes, op.flops)
         if device_kind(op.device) == "gpu":
             cost += self.profile.gpu_issue

@@ -10,10 +10,15 @@ read, so a graph holds no more memory than the imperative run would.
 The plan (which buffer each op reads and writes, and which temporaries die after it) is worked
 out once per graph object and cached on it (in a module table, holding the graph, for an object
 that takes no new attribute). An in-place op inside a graph is refused when the plan is made.
+A graph whose every op the compiled worker runs itself (products, elementwise ops, bias adds:
+`realexec.cpu.worker.native_op`) runs them all in one compiled call without the GIL
+(`worker.run_steps`), over temporaries each worker thread allocates once per graph and keeps
+(`NATIVE_TEMPORARIES` at most: a larger graph runs step by step).
 """
 
 from __future__ import annotations
 
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -23,6 +28,7 @@ from asyncsim.nd.ops import INPLACE
 # fallback cache for graph objects that take no new attribute: id -> (graph, plan); the graph is
 # kept alive with its plan, so its id cannot be reused by another object
 _PLANS: dict[int, tuple[object, list]] = {}
+_local = threading.local()  # per worker thread: id(graph) -> (graph, its native workspace)
 
 
 class Step(NamedTuple):
@@ -72,9 +78,86 @@ def _cached_plan(graph) -> list[Step]:
     return plan
 
 
-def graph_kernel(kernels: dict):
+# a graph whose steps the compiled worker's kernels cover runs them in one compiled call, its
+# temporaries all allocated first: up to this many bytes of them (else step by step, each
+# temporary dropped after its last read)
+NATIVE_TEMPORARIES = 64 << 20
+
+
+def _native_plan(graph, plan: list[Step]):
+    """(steps as (kind, code, dtype, scalar) or None, bytes of temporaries): None when a step is
+    not a native op (`realexec.cpu.worker.native_op`) or the temporaries are too large."""
+    from realexec.cpu.worker import DTYPES, native_op  # the worker imports the kernel table
+
+    coded, temporaries = [], 0
+    for step in plan:
+        shapes = [tuple(graph.vars[v].shape) for v in step.reads]
+        dtype = np.dtype(graph.vars[step.out].dtype)
+        code = native_op(step.name, step.attrs, shapes) if dtype in DTYPES else None
+        if code is None:
+            return None
+        coded.append((code[0], code[1], DTYPES[dtype], code[2]))
+        if step.new is not None:
+            temporaries += int(np.prod(step.new[0], dtype=np.int64)) * step.new[1].itemsize
+    return coded if temporaries <= NATIVE_TEMPORARIES else None
+
+
+def _cached_native(graph, plan):
+    key = ("native", id(graph))
+    entry = _PLANS.get(key)
+    if entry is None or entry[0] is not graph:
+        entry = _PLANS[key] = (graph, _native_plan(graph, plan))
+    return entry[1]
+
+
+def _workspace(graph, plan, coded) -> tuple:
+    """This thread's (temporaries, records, scalars, patches) for `graph`, made at its first
+    run here: the records hold every step's op with the temporaries' addresses filled in, and
+    `patches` says which fields take the call's inputs and output ((row, column, var))."""
+    from realexec.cpu.worker import address
+
+    spaces = _local.__dict__.setdefault("graphs", {})
+    entry = spaces.get(id(graph))
+    if entry is not None and entry[0] is graph:
+        return entry[1:]
+    temps = {step.out: np.empty(*step.new) for step in plan if step.new is not None}
+    records = np.zeros((len(plan), 7), np.int64)
+    scalars = np.empty(len(plan), np.float64)
+    patches = []
+    for i, (step, (kind, code, dtype, scalar)) in enumerate(zip(plan, coded, strict=True)):
+        record = graph.vars[step.out]
+        records[i, :4] = (kind, code, dtype, int(np.prod(record.shape, dtype=np.int64)))
+        scalars[i] = scalar
+        reads = step.reads[:2] if step.reads else (step.out,)
+        fields = ((4, reads[0]), (5, reads[-1]), (6, step.out))
+        for column, var in fields:
+            if var in temps:
+                records[i, column] = address(temps[var].reshape(-1))
+            else:
+                patches.append((i, column, var))
+    spaces[id(graph)] = (graph, temps, records, scalars, patches)
+    return temps, records, scalars, patches
+
+
+def _run_native(graph, plan, coded, buffers) -> None:
+    """Every step in one compiled call (`worker.run_steps`), no GIL held meanwhile, over this
+    thread's temporaries for the graph (reused from call to call)."""
+    from realexec.cpu.worker import GEMM_ADDRESSES, address, run_steps
+
+    temps, records, scalars, patches = _workspace(graph, plan, coded)
+    for row, column, var in patches:
+        records[row, column] = address(buffers[var].reshape(-1))
+    buffers.update(temps)
+    sgemm, dgemm = GEMM_ADDRESSES or (0, 0)
+    run_steps(records, scalars, sgemm, dgemm)
+
+
+def graph_kernel(kernels: dict, built: dict | None = None):
     """The `graph` kernel over the table `kernels` (looked up per call, so a patched table
-    entry is used)."""
+    entry is used). `built`: the kernels the compiled worker stands for (`kernels.KERNELS` as
+    made); a graph runs in one compiled call only while each of its members' kernels is still
+    that one (a test's gate or a teacher's tracer put in since runs step by step, as itself)."""
+    built = built or {}
 
     def run_graph(inputs, out, attrs):
         graph = attrs["graph"]
@@ -83,6 +166,13 @@ def graph_kernel(kernels: dict):
         output_is_input = graph.output in buffers
         if not output_is_input:
             buffers[graph.output] = out
+        coded = _cached_native(graph, plan)
+        if coded is not None and all(kernels[step.name] is built.get(step.name)
+                                     for step in plan):
+            _run_native(graph, plan, coded, buffers)
+            if output_is_input:
+                np.copyto(out, buffers[graph.output])
+            return
         for step in plan:
             if step.new is not None:
                 buffers[step.out] = np.empty(*step.new)

@@ -215,7 +215,7 @@ KERNELS = {
     **POOL_KERNELS,
     **NN_KERNELS,
 }
-KERNELS["graph"] = graph_kernel(KERNELS)
+KERNELS["graph"] = graph_kernel(KERNELS, built=dict(KERNELS))
 
 assert set(KERNELS) == set(OPS), set(OPS) ^ set(KERNELS)
 

@@ -9,9 +9,12 @@ completes it and calls `work` again. -1 means the engine stopped.
 The ops run here are the elementwise ones, over their flat buffers (addresses in the op record,
 so no Python object is touched): `SCALAR` ops are `loops.scalar_flat(code, a, scalar, out)`
 (x + 1, relu, fills), `BINARY` ops `loops.binary_flat(code, a, b, out)` (x + y of one shape,
-copies). `native_op(name, attrs, shapes)` says how an op of `asyncsim.nd.ops` is encoded, or
-None when it is not run here (broadcasting, reductions, products, convolutions: ops long enough
-that a GIL round per op costs little against the kernel). Dtypes: float32 (0), float64 (1).
+copies), `BLOCK` ops x + b where b repeats as a bias (`ops.block_broadcast`: a dense layer's or a
+convolution's); and `GEMM`, a 2-d `dot` through numpy's own BLAS called by address
+(`realexec.cpu.blas`). `native_op(name, attrs, shapes)` says how an op of `asyncsim.nd.ops` is
+encoded, or None when it is not run here (other broadcasting, reductions, convolutions: ops long
+enough that a GIL round per op costs little against the kernel). Dtypes: float32 (0), float64
+(1).
 
 Spans: the worker stamps each op's start and end (`atomics.now_ns`) and its index into the
 op record; the engine turns them into "exec" spans.
@@ -22,7 +25,8 @@ from __future__ import annotations
 import numpy as np
 from numba import carray, njit
 
-from asyncsim.nd.ops import COMPILED
+from asyncsim.nd.ops import COMPILED, block_broadcast
+from realexec.cpu.blas import SIDE, addresses, packed
 from realexec.cpu.loops import (
     ADD,
     COPY,
@@ -37,18 +41,20 @@ from realexec.cpu.loops import (
     scalar_flat,
 )
 from realexec.engine import table as t
-from realexec.engine.atomics import fetch_add, load, now_ns, pointer
+from realexec.engine.atomics import fetch_add, gemm, load, now_ns, pointer
 
-PYTHON, SCALAR, BINARY = 0, 1, 2
+PYTHON, SCALAR, BINARY, GEMM, BLOCK = 0, 1, 2, 3, 4
+BLOCK_SIDE = 1 << 26  # a bias's `block_broadcast` (inner, count), packed: each under this
 DTYPES = {np.dtype("float32"): 0, np.dtype("float64"): 1}
 
 _SCALAR_OPS = {"add_scalar": ADD, "sub_scalar": SUB, "rsub_scalar": RSUB, "mul_scalar": MUL,
                "div_scalar": DIV, "rdiv_scalar": RDIV}
 _BINARY_OPS = {"add": ADD, "sub": SUB, "mul": MUL, "div": DIV, "copy": COPY, "copyto": COPY}
 _FILLS = {"ones": 1.0, "zeros": 0.0}
+GEMM_ADDRESSES = addresses()  # numpy's BLAS, called by address; None: `dot` stays Python
 
 
-assert {*_SCALAR_OPS, *_BINARY_OPS, *_FILLS, "relu", "full"} == COMPILED, COMPILED
+assert {*_SCALAR_OPS, *_BINARY_OPS, *_FILLS, "relu", "full", "dot"} == COMPILED, COMPILED
 
 
 def native_op(name: str, attrs: dict, shapes) -> tuple[int, int, float] | None:
@@ -60,7 +66,10 @@ def native_op(name: str, attrs: dict, shapes) -> tuple[int, int, float] | None:
     if code is not None:
         if name == "copyto" or len(shapes) == 1 or shapes[0] == shapes[1]:
             return BINARY, code, 0.0
-        return None  # broadcasting: the strided kernel, in Python
+        block = block_broadcast(shapes[0], shapes[1])  # a bias: x + b, b repeating in blocks
+        if block is None or max(block) >= BLOCK_SIDE:
+            return None  # other broadcasting: the strided kernel, in Python
+        return BLOCK, code, float(block[0] * BLOCK_SIDE + block[1])
     if name == "relu":
         return SCALAR, MAX, 0.0
     value = _FILLS.get(name)
@@ -68,7 +77,20 @@ def native_op(name: str, attrs: dict, shapes) -> tuple[int, int, float] | None:
         return SCALAR, FILL, value
     if name == "full":
         return SCALAR, FILL, float(attrs["value"])
+    if name == "dot" and GEMM_ADDRESSES is not None and len(shapes) == 2:
+        return _gemm(attrs, *shapes)
     return None
+
+
+def _gemm(attrs, a, b):
+    """(GEMM, transposes, packed sizes) of a 2-d product, or None (empty, too large, or 1-d)."""
+    if len(a) != 2 or len(b) != 2:
+        return None
+    ta, tb = bool(attrs.get("transpose_a")), bool(attrs.get("transpose_b"))
+    m, k = (a[1], a[0]) if ta else a
+    n = b[0] if tb else b[1]
+    sizes = packed(m, k, n) if m and k and n else None
+    return None if sizes is None else (GEMM, int(ta) | int(tb) << 1, sizes)
 
 
 @njit(cache=True)  # the frontend's: keeps the GIL (see `table.push`)
@@ -88,12 +110,68 @@ def _run_typed(kind, code, n, a, b, out, scalar, dtype):
 
 
 @njit(nogil=True, cache=True)
-def run_native(kind, code, dtype, n, a, b, out, scalar):
-    """Run one native op over raw addresses (a fill reads `a` = `out`)."""
+def _run_gemm(fn, code, a, b, out, sizes, dtype):
+    """out = op(a) op(b) through BLAS (`fn`), sizes packed as `blas.packed` packs them."""
+    q = np.int64(sizes)
+    n = q % SIDE
+    q //= SIDE
+    k = q % SIDE
+    m = q // SIDE
+    ta, tb = code & 1, code >> 1
+    gemm(fn, ta, tb, m, n, k, dtype(1.0), a, m if ta else k, b, k if tb else n, out, n)
+
+
+@njit(nogil=True, cache=True)
+def _run_block(code, n, a, b, out, packed_block, dtype):
+    """out = a op b over `n` items, b's `count` items each repeated `inner` times in turn."""
+    q = np.int64(packed_block)
+    inner, count = q // BLOCK_SIDE, q % BLOCK_SIDE
+    x = carray(pointer(a), n, dtype)
+    bias = carray(pointer(b), count, dtype)
+    y = carray(pointer(out), n, dtype)
+    if inner == 1:  # a row per block: the two rows, elementwise
+        for start in range(0, n, count):
+            binary_flat(code, x[start:start + count], bias, y[start:start + count])
+        return
+    for start in range(0, n, inner):
+        scalar_flat(code, x[start:start + inner], bias[(start // inner) % count],
+                    y[start:start + inner])
+
+
+@njit(nogil=True, cache=True)
+def run_native(kind, code, dtype, n, a, b, out, scalar, blas):
+    """Run one native op over raw addresses (a fill reads `a` = `out`); a product through the
+    BLAS function at `blas`."""
+    if kind == GEMM:
+        if dtype == 0:
+            _run_gemm(blas, code, a, b, out, scalar, np.float32)
+        else:
+            _run_gemm(blas, code, a, b, out, scalar, np.float64)
+        return
+    if kind == BLOCK:
+        if dtype == 0:
+            _run_block(code, n, a, b, out, scalar, np.float32)
+        else:
+            _run_block(code, n, a, b, out, scalar, np.float64)
+        return
     if dtype == 0:
         _run_typed(kind, code, n, a, b, out, scalar, np.float32)
     else:
         _run_typed(kind, code, n, a, b, out, scalar, np.float64)
+
+
+@njit(nogil=True, cache=True)
+def run_steps(records, scalars, sgemm, dgemm):
+    """Run native ops in order (a hybridized graph's, `realexec.cpu.graph`): each record is
+    (kind, code, dtype, n, a, b, out), its scalar beside it; products through the BLAS
+    functions at `sgemm` and `dgemm` (addresses passed at run time: never compiled in)."""
+    for i in range(records.shape[0]):
+        kind, code, dtype = records[i, 0], records[i, 1], records[i, 2]
+        blas = 0
+        if kind == GEMM:
+            blas = sgemm if dtype == 0 else dgemm
+        run_native(kind, code, dtype, records[i, 3], records[i, 4], records[i, 5],
+                   records[i, 6], scalars[i], blas)
 
 
 @njit(nogil=True, cache=True)
@@ -130,9 +208,10 @@ def work(s, lane, worker):
             fetch_add(s, t.H_BUSY, -1)  # Python runs it; back in here, counted anew
             return slot
         s[base + t.F_START] = now_ns()
-        run_native(kind, s[base + t.F_CODE], s[base + t.F_DTYPE], s[base + t.F_N],
+        dtype = s[base + t.F_DTYPE]
+        run_native(kind, s[base + t.F_CODE], dtype, s[base + t.F_N],
                    s[base + t.F_A], s[base + t.F_B], s[base + t.F_OUT],
-                   s.view(np.float64)[base + t.F_SCALAR])
+                   s.view(np.float64)[base + t.F_SCALAR], s[t.H_GEMM + dtype])
         s[base + t.F_END] = now_ns()
         s[base + t.F_WORKER] = worker
         t.complete(s, slot, 0)

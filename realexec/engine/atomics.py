@@ -12,6 +12,7 @@ array items, the spin-wait hint, the monotonic clock, futexes, and arrays over r
   thread becomes a slow spinner, and nothing else changes.
 - `cpu()`: the core the calling thread runs on now (sched_getcpu; -1 where there is none).
 - `pointer(address)`: a `voidptr` for `numba.carray(pointer(address), n, dtype)`.
+- `gemm(fn, ...)`: a row-major matrix product through the CBLAS function at address `fn`.
 
 All run without the GIL, inside `@njit(nogil=True)` functions. Symbols come from the C library
 the process has loaded, found by name when the function is compiled or loaded from the cache.
@@ -169,3 +170,32 @@ def pointer(typingctx, address):
         return builder.inttoptr(args[0], cgutils.voidptr_t)
 
     return types.voidptr(types.int64), codegen
+
+
+@intrinsic
+def gemm(typingctx, fn, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, c, ldc):
+    """C = alpha op(A) op(B) (beta 0) through the CBLAS function at address `fn`, row-major,
+    64-bit sizes (`realexec.cpu.blas`): sgemm for a float32 `alpha`, dgemm for a float64 one.
+    `trans_a`/`trans_b` nonzero transpose; `a`, `b`, `c` are addresses."""
+    real = ir.FloatType() if alpha == types.float32 else ir.DoubleType()
+    i32 = ir.IntType(32)
+    ptr = cgutils.voidptr_t
+    fnty = ir.FunctionType(ir.VoidType(), [i32, i32, i32, _I64, _I64, _I64, real, ptr, _I64,
+                                           ptr, _I64, real, ptr, _I64])
+
+    def codegen(context, builder, signature, args):
+        (f, ta, tb, m_, n_, k_, al, a_, lda_, b_, ldb_, c_, ldc_) = args
+        target = builder.inttoptr(f, fnty.as_pointer())
+
+        def flag(x):  # CblasTrans 112, CblasNoTrans 111
+            return builder.select(builder.icmp_signed("!=", x, ir.Constant(_I64, 0)),
+                                  ir.Constant(i32, 112), ir.Constant(i32, 111))
+
+        builder.call(target, [ir.Constant(i32, 101), flag(ta), flag(tb), m_, n_, k_, al,
+                              builder.inttoptr(a_, ptr), lda_, builder.inttoptr(b_, ptr), ldb_,
+                              ir.Constant(real, 0.0), builder.inttoptr(c_, ptr), ldc_])
+        return context.get_dummy_value()
+
+    i64 = types.int64
+    sig = types.void(i64, i64, i64, i64, i64, i64, alpha, i64, i64, i64, i64, i64, i64)
+    return sig, codegen

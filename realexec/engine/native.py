@@ -48,7 +48,7 @@ import numpy as np
 
 from asyncsim.nd.deps import Deps
 from asyncsim.nd.trace import Span
-from realexec.cpu.worker import PYTHON, run_native, work
+from realexec.cpu.worker import GEMM_ADDRESSES, PYTHON, run_native, work
 from realexec.engine import shutdown
 from realexec.engine import table as t
 from realexec.engine.core import FRONTEND, Lane, default_workers, settings
@@ -79,7 +79,8 @@ class NativeEngine(shutdown.Ending):
             raise ValueError(f"capacity must be a power of two, at least 2, got {capacity}")
         self.cap = capacity
         self._harvest_every = min(2 * _BLOCK, capacity // 2)
-        self._buf, self.state = t.new_state(capacity, int(IDLE_SPIN_S * 1e9), default_workers())
+        self._buf, self.state = t.new_state(capacity, int(IDLE_SPIN_S * 1e9), default_workers(),
+                                            GEMM_ADDRESSES)
         self._done = _done_in(self._buf, capacity)  # a closure: no reference cycle to self
         self._deps = Deps(finished=self._done)
         self._ops: list = [None] * capacity  # per slot: (name, op_id, reads, writes, fn, args)
@@ -194,7 +195,7 @@ class NativeEngine(shutdown.Ending):
             elif kind == PYTHON:
                 self._run_python(slot, self._labels[0], log=True)
             else:
-                run_native(kind, code, dtype, n, a, b, out, scalar)
+                run_native(kind, code, dtype, n, a, b, out, scalar, self.state[t.H_GEMM + dtype])
                 self._log.append((self._labels[0], "exec", name, op_id, start, perf_counter_ns()))
         finally:
             self._ops[slot] = None

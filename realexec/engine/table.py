@@ -57,6 +57,7 @@ H_NEXT, H_FRONT_CPU = 8, 9  # written by the frontend's push: the next token, it
 H_DONE, H_LOW, H_GEN = 16, 17, 18  # written by completions
 H_SLEEPERS, H_WAIT_KIND, H_WAIT_TARGET = 24, 25, 26  # blockers asleep, and what one waits for
 H_STOP, H_CAP, H_NEDGES, H_SPIN_NS, H_CORES = 32, 33, 34, 35, 36  # read-mostly
+H_GEMM = 37  # read-mostly: the sgemm and dgemm addresses (H_GEMM + dtype; 0: none)
 H_BUSY, H_SPINNING = 40, 41  # worker threads running ops now, and idle ones spinning
 LANES, LANE_FIELDS, MAX_LANES = 48, 8, 16  # a lane's header: a cache line
 Q_HEAD, Q_TAIL, Q_FUTEX, Q_SLEEPERS, Q_SPINNERS = range(5)
@@ -71,9 +72,11 @@ FAILED_OWN, FAILED_INHERITED = 1, 2
 EDGES_PER_OP = 4  # the edge pool: a successor list entry per dependency in flight
 
 
-def new_state(cap: int, spin_ns: int, cores: int = 1 << 20) -> tuple[array, np.ndarray]:
-    """A fresh state for `cap` op slots (a power of two), for a process on `cores` cores: the
-    `array('q')` Python reads and a numpy view of the same memory for compiled code."""
+def new_state(cap: int, spin_ns: int, cores: int = 1 << 20,
+              gemm: tuple[int, int] | None = None) -> tuple[array, np.ndarray]:
+    """A fresh state for `cap` op slots (a power of two), for a process on `cores` cores, whose
+    workers multiply matrices through `gemm` (sgemm and dgemm addresses, `realexec.cpu.blas`):
+    the `array('q')` Python reads and a numpy view of the same memory for compiled code."""
     assert cap & (cap - 1) == 0, cap
     nedges = EDGES_PER_OP * cap
     size = OPS + STRIDE * cap + 2 * nedges + MAX_LANES * cap
@@ -81,6 +84,8 @@ def new_state(cap: int, spin_ns: int, cores: int = 1 << 20) -> tuple[array, np.n
     state = np.frombuffer(buf, np.int64)
     state[H_CAP], state[H_NEDGES], state[H_SPIN_NS] = cap, nedges, spin_ns
     state[H_CORES] = cores
+    if gemm is not None:
+        state[H_GEMM], state[H_GEMM + 1] = gemm
     state[H_FRONT_CPU] = -1  # no push yet
     state[OPS + F_TOKEN: OPS + STRIDE * cap: STRIDE] = -1
     edges = OPS + STRIDE * cap

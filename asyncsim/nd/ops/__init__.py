@@ -39,11 +39,12 @@ SAME_SHAPE = frozenset(d.name for d in OPS.values()
 # Binary ops whose operands may differ in shape (numpy's broadcasting): priced as such.
 BROADCASTING = frozenset({"add", "sub", "mul", "div", "equal"})
 
-# Ops a compiled CPU worker runs without the interpreter (`realexec.cpu.worker`), unless they
-# broadcast: elementwise loops over flat buffers. The model's native workers hold no GIL for them.
+# Ops a compiled CPU worker runs without the interpreter (`realexec.cpu.worker`): elementwise
+# loops over flat buffers, where they broadcast only as a bias does (`block_broadcast`), and 2-d
+# products through BLAS. The model's native workers hold no GIL for them.
 COMPILED = frozenset({"add", "sub", "mul", "div", "copy", "copyto", "add_scalar", "sub_scalar",
                       "rsub_scalar", "mul_scalar", "div_scalar", "rdiv_scalar", "relu", "ones",
-                      "zeros", "full"})
+                      "zeros", "full", "dot"})
 
 # Ops whose speed depends on their shape beyond the bytes and flops they are priced by (the
 # convolutions: the shape of their BLAS product): the frontend records `geometry` on their Op,
@@ -60,6 +61,32 @@ def geometry(name: str, shapes: tuple[Shape, ...], attrs: dict) -> str:
 
 # The largest array the frontend accepts: its bytes must fit numpy's index type.
 MAX_BYTES = 2**62
+
+
+def block_broadcast(a: Shape, b: Shape) -> tuple[int, int] | None:
+    """(inner, count) when `a op b` is a's shape and b's items repeat as a bias's do: item i of
+    the flat result reads b[(i // inner) % count] (a dense layer's (n,) bias: inner 1; a
+    convolution's (1, F, 1, 1): inner H*W). None for any other broadcast (a compiled worker
+    leaves those to Python)."""
+    if len(b) > len(a) or 0 in a:
+        return None
+    dims = (1,) * (len(a) - len(b)) + tuple(b)
+    kept = [i for i, d in enumerate(dims) if d != 1]
+    if not kept:  # one value for everything: a single block
+        return size(a), 1
+    first, last = kept[0], kept[-1]
+    if any(dims[i] != a[i] for i in range(first, last + 1)):
+        return None
+    return size(a[last + 1:]), size(a[first:last + 1])
+
+
+def native_broadcast(op, vars_: dict) -> bool:
+    """Whether a broadcasting op of `COMPILED` (a program.Op) still runs compiled: its first
+    operand has the result's shape and its second repeats as a bias (`block_broadcast`)."""
+    if len(op.reads) != 2:
+        return False
+    a, b = (vars_[v].shape for v in op.reads)
+    return a == vars_[op.out].shape and block_broadcast(a, b) is not None
 
 
 def broadcasts(op, vars_: dict) -> bool:
@@ -112,5 +139,6 @@ def flops(name: str, shapes: tuple[Shape, ...], out: Shape) -> float:
 
 
 __all__ = ["BROADCASTING", "COMPILED", "DTYPES", "GEOMETRY", "INPLACE", "ITEMSIZE", "MAX_BYTES",
-           "OPS", "SAME_SHAPE", "OpDef", "Shape", "ShapeError", "broadcast", "broadcasts",
-           "check_dtype", "flops", "geometry", "infer", "nbytes"]
+           "OPS", "SAME_SHAPE", "OpDef", "Shape", "ShapeError", "block_broadcast", "broadcast",
+           "broadcasts", "check_dtype", "flops", "geometry", "infer", "native_broadcast",
+           "nbytes"]
