@@ -100,16 +100,6 @@ def address(flat):
 
 
 @njit(nogil=True, cache=True)
-def _run_typed(kind, code, n, a, b, out, scalar, dtype):
-    x = carray(pointer(a), n, dtype)
-    y = carray(pointer(out), n, dtype)
-    if kind == SCALAR:
-        scalar_flat(code, x, scalar, y)
-    else:
-        binary_flat(code, x, carray(pointer(b), n, dtype), y)
-
-
-@njit(nogil=True, cache=True)
 def _run_gemm(fn, code, a, b, out, sizes, dtype):
     """out = op(a) op(b) through BLAS (`fn`), sizes packed as `blas.packed` packs them."""
     q = np.int64(sizes)
@@ -139,25 +129,29 @@ def _run_block(code, n, a, b, out, packed_block, dtype):
 
 
 @njit(nogil=True, cache=True)
+def _run_typed(kind, code, n, a, b, out, scalar, blas, dtype):
+    if kind == GEMM:
+        _run_gemm(blas, code, a, b, out, scalar, dtype)
+        return
+    if kind == BLOCK:
+        _run_block(code, n, a, b, out, scalar, dtype)
+        return
+    x = carray(pointer(a), n, dtype)
+    y = carray(pointer(out), n, dtype)
+    if kind == SCALAR:
+        scalar_flat(code, x, scalar, y)
+    else:
+        binary_flat(code, x, carray(pointer(b), n, dtype), y)
+
+
+@njit(nogil=True, cache=True)
 def run_native(kind, code, dtype, n, a, b, out, scalar, blas):
     """Run one native op over raw addresses (a fill reads `a` = `out`); a product through the
     BLAS function at `blas`."""
-    if kind == GEMM:
-        if dtype == 0:
-            _run_gemm(blas, code, a, b, out, scalar, np.float32)
-        else:
-            _run_gemm(blas, code, a, b, out, scalar, np.float64)
-        return
-    if kind == BLOCK:
-        if dtype == 0:
-            _run_block(code, n, a, b, out, scalar, np.float32)
-        else:
-            _run_block(code, n, a, b, out, scalar, np.float64)
-        return
     if dtype == 0:
-        _run_typed(kind, code, n, a, b, out, scalar, np.float32)
+        _run_typed(kind, code, n, a, b, out, scalar, blas, np.float32)
     else:
-        _run_typed(kind, code, n, a, b, out, scalar, np.float64)
+        _run_typed(kind, code, n, a, b, out, scalar, blas, np.float64)
 
 
 @njit(nogil=True, cache=True)
