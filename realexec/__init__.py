@@ -2,8 +2,8 @@
 
 `run(workload, **params)` executes a workload on worker threads and returns its measured Trace;
 `session()` gives an `nd` for interactive use; `NativeEngine` is the engine underneath (compiled
-workers that run elementwise ops without taking the GIL), `Engine` its Python-thread twin
-(`engine="python"`, the contrast the chapters draw);
+workers that run elementwise ops and products without taking the GIL), `Engine` its
+Python-thread twin (`engine="python"`, the contrast the chapters draw);
 `OpError` is what a blocker raises when an op it depends on failed; `calibrate()` measures this
 machine into an `asyncsim.Profile` (cached). GPUs (`nd.gpu(i)`, or `device='gpu'`) run
 numba.cuda kernels on a compute and a copy stream per device (`realexec.gpu.device`); without a

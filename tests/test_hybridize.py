@@ -10,6 +10,7 @@ of its ops, issued once.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import numpy as np
@@ -19,6 +20,7 @@ import asyncsim
 import realexec
 from asyncsim import autograd, gluon, init
 from asyncsim.gluon import nn
+from asyncsim.model.profile import Cost
 from asyncsim.nd.jit import HybridizeError
 
 
@@ -223,6 +225,28 @@ def test_a_hybridized_net_trains_as_the_imperative_one(nd, make, shape):
                                    atol=1e-6, err_msg=name)
     np.testing.assert_allclose(nets[1](x).asnumpy(), nets[0](x).asnumpy(), rtol=1e-4,
                                atol=1e-6)
+
+
+def test_a_graph_op_adds_its_kernels_own_work_per_member():
+    """A profile's "cpu:graph" latency (what the graph kernel adds per member op) is added to
+    the members' sum once per member: m ops of t2 and a step s take m * (t2 + s)."""
+    t2, step = 1e-6, 3e-6
+
+    def hybrid(nd):
+        net = mlp()
+        x = nd.ones((2, 5))
+        net(x)
+        net.hybridize()
+        net(x)
+        nd.waitall()
+
+    base = asyncsim.Profile.ideal(t1=1e-3, t2=t2, t3=0.0)
+    stepped = dataclasses.replace(base, costs={**base.costs, "cpu:graph": Cost(latency=step)})
+    program = asyncsim.record(hybrid)
+    graph = next(op for op in program.ops if op.name == "graph")
+    members = len(graph.attrs["graph"].ops)
+    assert base.cost(graph) == pytest.approx(members * t2)
+    assert stepped.cost(graph) == pytest.approx(members * (t2 + step))
 
 
 def _pairs(nets):

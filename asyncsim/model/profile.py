@@ -7,6 +7,8 @@ A Profile says
 - `workers` CPU worker lanes (MXNet's MXNET_CPU_WORKER_NTHREADS), `cores`, `gpus` (each GPU has a
   compute stream and a copy engine lane);
 - `costs`: `Cost`s keyed "DEVICE:NAME" where DEVICE is "cpu", "gpu" or "frontend" and NAME is an op
+  ("DEVICE:graph", a hybridized graph: its latency is what the graph's kernel adds per member op
+  to their sum)
   name from `asyncsim.nd.ops`, an op group (create, elementwise, reduce, dot, copy) or "*" (a
   fallback, not for "frontend", whose fallback is t1). An op is priced by name, then group, then
   "*"; a binary op whose operands' shapes differ (broadcasting: another path through the frontend
@@ -121,8 +123,9 @@ class Profile:
     # buffer goes back to the system); `asyncsim.model.rss` predicts resident memory with it
     rss_keep: float = 0.0
     # 1: CPU workers are compiled (realexec's default engine): an op of `ops.COMPILED` that does
-    # not broadcast runs and completes without the GIL, and its worker's Python costs (`gil`,
-    # `release`, `recheck`) are not paid; other ops still come back to Python and pay them
+    # not broadcast, or broadcasts as a bias (`ops.native_broadcast`), runs and completes without
+    # the GIL, and its worker's Python costs (`gil`, `release`, `recheck`) are not paid; other
+    # ops still come back to Python and pay them
     native: int = 0
     # seconds an idle compiled worker spins before it sleeps (with `native`): an op it is handed
     # meanwhile costs no wake-up
@@ -146,6 +149,9 @@ class Profile:
             graph = op.attrs["graph"]
             seconds = sum(self.cost(m, m.name in BROADCASTING and graph.broadcasts(m))
                           for m in graph.ops)
+            step = self.costs.get(f"{device_kind(op.device)}:graph")
+            if step is not None:  # the graph kernel's own work per member (its bindings)
+                seconds += step.latency * len(graph.ops)
             return "graph", Cost(latency=seconds)
         kind = device_kind(op.device)
         if op.geometry:  # a convolution: its own geometry's cost where the profile timed it

@@ -23,8 +23,10 @@ turns them into the Profile that `asyncsim.simulate` prices a program with:
 - "cpu:<op>" and "frontend:<op>" costs of the ops training adds (convolutions, pooling, the
   softmaxes, cross-entropy, batch norm, activations, their gradients, `sgd_update`, ...): each
   kernel fitted over sizes on the bytes and flops the model counts for it (latency + bytes /
-  bandwidth + flops / peak for the convolutions, over LeNet's and ResNet's layers), each issue
-  measured as the other ops' (`realexec.calibration.training`, `realexec.calibration.issuing`);
+  bandwidth + flops / peak for the convolutions, over LeNet's and ResNet's layers, and each of
+  those layers' geometries priced on its own timing and crowding, "cpu:conv2d@<geometry>"), each
+  issue measured as the other ops' (`realexec.calibration.training`,
+  `realexec.calibration.issuing`); "cpu:graph", what a hybridized graph's kernel adds per member;
   "cpu:dot" over the square products below and rectangular ones with an operand transposed, as
   a dense layer's forward and backward call them; "frontend:backward" and
   "frontend:kvstore", per op that backward and a Trainer issue (their Python around each op),
@@ -132,6 +134,10 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
             ("dense_call", "fully_connected"), ("activation_call", "relu"),
             ("sequential_call", "layers_in_turn"))]
         costs["frontend:block"] = Cost(latency=max(0.0, sum(extra) / len(extra)))
+    steps = raw.get("graph_step")
+    if steps:  # a hybridized graph's own work per member op, beyond its members' kernels
+        per_member = [max(0.0, case["per_member"]) for case in steps.values()]
+        costs["cpu:graph"] = Cost(latency=sum(per_member) / len(per_member))
     fresh = raw["fresh"]
     # the chapters' asnumpy, print and item run once per region: priced cold (see fresh)
     costs.update(blocker_costs({**fresh["blockers"],

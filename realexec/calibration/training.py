@@ -265,7 +265,8 @@ def graph_step(bench, repeats: int) -> dict:
     """Exec seconds a hybridized block's graph op takes beyond its member ops run one by one
     (each waited for, one at a time), per member op: the graph kernel's own Python between its
     kernels (temporaries, bindings). On `small_cnn` and `small_mlp`, a low quantile (0.25) of
-    `repeats` each. Kept in meta: the model prices a graph as its members' sum."""
+    `repeats` each. Their mean is the profile's "cpu:graph" (per member op, added to the
+    members' sum)."""
     nd = bench.nd
     images = nd.random.uniform(shape=(2, 1, 8, 8))
     out = {}

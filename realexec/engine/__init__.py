@@ -2,8 +2,8 @@
 
 - `native` (the default): the frontend orders ops with `asyncsim.nd.deps` and records them in a
   compiled op table (`table`, over the CPU and OS primitives of `atomics`); worker threads live
-  in a compiled loop (`realexec.cpu.worker`) that runs elementwise kernels and completes ops
-  without the GIL, and hands every other op back to Python;
+  in a compiled loop (`realexec.cpu.worker`) that runs elementwise kernels, bias adds and
+  products and completes ops without the GIL, and hands every other op back to Python;
 - `core` (`engine="python"`): Python worker threads, per-variable read/write queues (`deps`) and
   a GIL-free wait for blockers (`spin`).
 
@@ -14,8 +14,9 @@ The kernel convention, for every CPU kernel whichever engine runs it:
 `realexec.cpu.kernels.KERNELS[name](inputs, out, attrs)` computes op `name` of `asyncsim.nd.ops`
 into the preallocated C-contiguous `out` (inputs: numpy arrays; attrs: the op's dict), with its
 loops `@njit(nogil=True, cache=True)`. An op the compiled worker runs itself is also encoded by
-`realexec.cpu.worker.native_op` as (kind, op code, scalar) over flat buffers, and listed in
-`asyncsim.nd.ops.COMPILED` (the model's native workers price it without the GIL)."""
+`realexec.cpu.worker.native_op` as (kind, op code, scalar) over flat buffers (a product's
+sizes and a bias's repetition packed into the scalar), and listed in `asyncsim.nd.ops.COMPILED`
+(the model's native workers price it without the GIL)."""
 
 from realexec.engine.core import FRONTEND, Engine, default_workers
 from realexec.engine.deps import OpError

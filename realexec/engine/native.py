@@ -4,11 +4,12 @@ The frontend (Python, t1) orders each op with `asyncsim.nd.deps.Deps`, the analy
 simulator uses, and makes one compiled call (`table.push`) that records the op in a shared
 table and queues it once its predecessors are done. Each worker thread enters the compiled loop
 `realexec.cpu.worker.work` for its life: it takes ready ops from its lane's queue, runs the
-elementwise kernels itself (no Python object touched), stamps start and end, completes the op
-(dependents become ready, on any lane) and wakes a blocker only when one sleeps. An op the loop
-cannot run (a Python kernel: products, convolutions, a GPU lane's launch; or an op whose
-predecessor failed) comes back to the thread's Python code, which runs it with the GIL and goes
-back in. So small elementwise ops overlap each other and the frontend, as the chapters assume.
+elementwise kernels, bias adds and 2-d products (numpy's BLAS, called by address) itself (no
+Python object touched), stamps start and end, completes the op (dependents become ready, on any
+lane) and wakes a blocker only when one sleeps. An op the loop cannot run (a Python kernel:
+convolutions, reductions, samplers, a GPU lane's launch; or an op whose predecessor failed)
+comes back to the thread's Python code, which runs it with the GIL and goes back in. So small
+ops overlap each other and the frontend, as the chapters assume.
 
 Kept from `Engine` (`realexec.engine.core`), so either serves `realexec.session`: lanes
 (`add_lane`, GPU lanes are Python ops), `mode='sync'` (each op runs inside its push),
