@@ -2,10 +2,10 @@
 
 attrs['graph'] describes the block: `.inputs` (the var ids the op's inputs bind to, in order),
 `.ops` (records with `.name`, `.reads`, `.out`, `.attrs`), `.vars` (var id -> record with
-`.shape`, `.dtype`) and `.output` (the var id written into the op's `out`). Each member op runs
-through the same kernel table as an ordinary op. The output var is bound to `out`; every other
-var an op writes gets a temporary, allocated when written and dropped right after its last
-read, so a graph holds no more memory than the imperative run would.
+`.shape`, `.dtype`) and `.output` (the var id written into the op's `out`). Step by step, each
+member op runs through the same kernel table as an ordinary op. The output var is bound to
+`out`; every other var an op writes gets a temporary, allocated when written and dropped right
+after its last read, so such a graph holds no more memory than the imperative run would.
 
 The plan (which buffer each op reads and writes, and which temporaries die after it) is worked
 out once per graph object and cached on it (in a module table, holding the graph, for an object
@@ -25,8 +25,9 @@ import numpy as np
 
 from asyncsim.nd.ops import INPLACE
 
-# fallback cache for graph objects that take no new attribute: id -> (graph, plan); the graph is
-# kept alive with its plan, so its id cannot be reused by another object
+# fallback cache for graph objects that take no new attribute: id -> (graph, plan), and
+# ("native", id) -> (graph, its native steps); the graph is kept alive with them, so its id
+# cannot be reused by another object
 _PLANS: dict[int, tuple[object, list]] = {}
 _local = threading.local()  # per worker thread: id(graph) -> (graph, its native workspace)
 
@@ -85,8 +86,8 @@ NATIVE_TEMPORARIES = 64 << 20
 
 
 def _native_plan(graph, plan: list[Step]):
-    """(steps as (kind, code, dtype, scalar) or None, bytes of temporaries): None when a step is
-    not a native op (`realexec.cpu.worker.native_op`) or the temporaries are too large."""
+    """Each step as (kind, code, dtype, scalar) of `realexec.cpu.worker.native_op`, or None when
+    a step is not a native op or the temporaries come to more than `NATIVE_TEMPORARIES`."""
     from realexec.cpu.worker import DTYPES, native_op  # the worker imports the kernel table
 
     coded, temporaries = [], 0
@@ -147,7 +148,6 @@ def _run_native(graph, plan, coded, buffers) -> None:
     temps, records, scalars, patches = _workspace(graph, plan, coded)
     for row, column, var in patches:
         records[row, column] = address(buffers[var].reshape(-1))
-    buffers.update(temps)
     sgemm, dgemm = GEMM_ADDRESSES or (0, 0)
     run_steps(records, scalars, sgemm, dgemm)
 
