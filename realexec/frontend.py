@@ -41,7 +41,6 @@ import gc
 import os
 import platform
 import threading
-from dataclasses import replace
 from time import perf_counter_ns
 
 import numpy as np
@@ -49,7 +48,7 @@ import numpy as np
 from asyncsim.nd.frontend import ND
 from asyncsim.nd.ops import COMPILED
 from asyncsim.nd.record import check_params, check_workload
-from asyncsim.nd.trace import Span, Trace
+from asyncsim.nd.trace import Span, Trace, device_lanes
 from realexec.cpu import kernels as cpu
 from realexec.cpu.warm import warm_all
 from realexec.cpu.worker import DTYPES, address, native_op
@@ -135,6 +134,8 @@ class EngineBackend(GpuBackend):
             inputs = (reads[0].data,)
         else:
             inputs = tuple([v.data for v in reads])
+        if op.device != "cpu":  # cpu(i): its spans are shown under it in `trace`
+            self._on_device[op.id] = op.device
         coded = None
         if self._native and op.name in COMPILED and host is None:
             coded = native_op(op.name, op.attrs, [v.shape for v in inputs])
@@ -151,8 +152,6 @@ class EngineBackend(GpuBackend):
                 copied = tuple([v for v in reads if type(v) is StreamVar])
                 if copied:  # buffers a copy from a GPU fills: wait for those copies first
                     fn, args = after_device, (fn, copied, *args)
-            if op.device != "cpu":  # cpu(i): its spans are relabelled to it in `trace`
-                self._on_device[op.id] = op.device
             engine.push(fn, reads, (out,), "cpu", op.name, args, op.id, t_issue)
         except EngineStopped:  # refused before queuing: give the fresh output back
             if out_var is not None:
@@ -169,8 +168,6 @@ class EngineBackend(GpuBackend):
             a = b = reads[0].ptr or _address_of(reads[0])
             if len(reads) > 1:
                 b = reads[1].ptr or _address_of(reads[1])
-        if op.device != "cpu":
-            self._on_device[op.id] = op.device
         self.engine.push_native(kind, code, DTYPES[data.dtype], data.size, a, b, c, scalar,
                                 reads, (out,), "cpu", op.name, op.id, t_issue)
 
@@ -246,10 +243,7 @@ class EngineBackend(GpuBackend):
         samples += self._rss_samples
         samples.sort(key=lambda s: s[0])
         spans = self.engine.spans()
-        moved = self._on_device
-        if moved:  # an op of cpu(i) ran on the CPU's workers: shown on "cpu{i}/w.." lanes
-            spans = [replace(s, lane=moved[s.op_id] + s.lane[3:])
-                     if s.op_id in moved and s.lane.startswith("cpu/") else s for s in spans]
+        spans = device_lanes(spans, self._on_device)
         timed = self._gpu_spans()
         if timed:
             spans += [Span(lane, name, op_id, secs(a), secs(b), kind)

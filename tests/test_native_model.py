@@ -28,33 +28,26 @@ def two_chains(nd, n=30, side=40):
         nd.waitall()
 
 
-# inputs made by `array` (a host copy, not compiled): no compiled op anywhere in these two
-def sigmoids(nd, n=10):
-    m = nd.array(np.ones((8, 8), np.float32))
-    nd.waitall()
-    with nd.benchmark("sigmoids"):
-        for _ in range(n):
-            m = nd.sigmoid(m)
+def repeated(step, shape=(8, 8), other=None):
+    """A workload: m = step(nd, m, b) ten times in region "loop", m (and b, of shape `other`)
+    made by `array` (a host copy, not compiled): no other compiled op anywhere in it."""
+    def workload(nd, n=10):
+        m = nd.array(np.ones(shape, np.float32))
+        b = nd.array(np.ones(other, np.float32)) if other else None
         nd.waitall()
+        with nd.benchmark("loop"):
+            for _ in range(n):
+                m = step(nd, m, b)
+            nd.waitall()
+
+    return workload
 
 
-def dots(nd, n=10):
-    m = nd.array(np.ones((8, 8), np.float32))
-    nd.waitall()
-    with nd.benchmark("dots"):
-        for _ in range(n):
-            m = nd.dot(m, m)
-        nd.waitall()
-
-
-def broadcasts(nd, n=10):
-    # (2, 1, 4) against (2, 4, 4): not a bias's repetition, so the strided kernel, in Python
-    m, row = (nd.array(np.ones((2, 4, 4), np.float32)), nd.array(np.ones((2, 1, 4), np.float32)))
-    nd.waitall()
-    with nd.benchmark("broadcasts"):
-        for _ in range(n):
-            m = m + row
-        nd.waitall()
+sigmoids = repeated(lambda nd, m, b: nd.sigmoid(m))
+dots = repeated(lambda nd, m, b: nd.dot(m, m))
+biases = repeated(lambda nd, m, b: m + b, other=(8,))
+# (2, 1, 4) against (2, 4, 4): not a bias's repetition, so the strided kernel, in Python
+broadcasts = repeated(lambda nd, m, b: m + b, shape=(2, 4, 4), other=(2, 1, 4))
 
 
 def test_compiled_chains_skip_the_gil_and_its_python():
@@ -64,36 +57,21 @@ def test_compiled_chains_skip_the_gil_and_its_python():
     assert native < python - 60 * 20e-6 / 2
 
 
-def biases(nd, n=10):
-    m, row = nd.array(np.ones((8, 8), np.float32)), nd.array(np.ones(8, np.float32))
-    nd.waitall()
-    with nd.benchmark("biases"):
-        for _ in range(n):
-            m = m + row
-        nd.waitall()
-
-
-def test_a_bias_add_runs_compiled():
-    """x + b with b a dense layer's bias broadcasts as a block: the compiled worker runs it."""
-    python = predict(biases, _profile()).regions["biases"]
-    native = predict(biases, _profile(native=1)).regions["biases"]
+@pytest.mark.parametrize("workload", [biases, dots], ids=["bias add", "product"])
+def test_bias_adds_and_products_run_compiled(workload):
+    """x + b with b a dense layer's bias broadcasts as a block, and a 2-d `dot` goes through
+    BLAS: the compiled worker runs both, with no worker Python."""
+    python = predict(workload, _profile()).regions["loop"]
+    native = predict(workload, _profile(native=1)).regions["loop"]
     assert native < python - 10 * 20e-6
 
 
-def test_products_run_compiled_too():
-    """A product (2-d `dot`) is run by the compiled worker through BLAS: no worker Python."""
-    python = predict(dots, _profile()).regions["dots"]
-    native = predict(dots, _profile(native=1)).regions["dots"]
-    assert native < python - 10 * 20e-6
-
-
-@pytest.mark.parametrize("workload, region", [(sigmoids, "sigmoids"),
-                                              (broadcasts, "broadcasts")])
-def test_other_ops_pay_as_before(workload, region):
+@pytest.mark.parametrize("workload", [sigmoids, broadcasts], ids=["sigmoid", "strided"])
+def test_other_ops_pay_as_before(workload):
     """Other ops (a sigmoid) and broadcasting ones come back to Python: the flag changes nothing
     for them."""
-    python = predict(workload, _profile()).regions[region]
-    native = predict(workload, _profile(native=1)).regions[region]
+    python = predict(workload, _profile()).regions["loop"]
+    native = predict(workload, _profile(native=1)).regions["loop"]
     assert native == pytest.approx(python, rel=1e-12)
 
 

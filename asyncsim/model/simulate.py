@@ -47,7 +47,6 @@ capacity limits, and errors raised inside ops.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import replace
 
 import simpy
 
@@ -57,7 +56,7 @@ from asyncsim.model.issue import FRONTEND, FrontendProcess
 from asyncsim.model.profile import Profile, ProfileError, device_kind
 from asyncsim.nd.program import Op, Program
 from asyncsim.nd.record import check_workload, record
-from asyncsim.nd.trace import Span, Trace
+from asyncsim.nd.trace import Span, Trace, device_lanes
 
 __all__ = ["FRONTEND", "MODES", "predict", "simulate"]
 
@@ -109,7 +108,7 @@ class _Model(FrontendProcess):
         self.mark_samples: list = []  # (label, begin, memory samples before the mark)
         # every CPU device (cpu(0) is "cpu", cpu(i) "cpu{i}") has memory of its own, and its
         # ops go to the one ready queue of `profile.workers` CPU workers (the same cores), as
-        # realexec runs them; `_device_lanes` shows an op of cpu(i) on "cpu{i}/w.." lanes
+        # realexec runs them; `trace.device_lanes` shows an op of cpu(i) on "cpu{i}/w.." lanes
         cpus = sorted({d for d in program.devices if device_kind(d) == "cpu"} | {"cpu"})
         workers = _worker_processes(program, profile)
         self.host = host.Host(self, profile, mode, workers=workers) if profile.contended else None
@@ -257,19 +256,10 @@ def simulate(program: Program, profile: Profile | str, mode: str = "async",
             "mode": mode, "max_inflight": max_inflight, "params": dict(program.params),
             "workers": profile.workers, "gpus": profile.gpus,
             "mark_samples": [list(mark) for mark in model.mark_samples]}  # as JSON keeps it
-    return Trace(spans=_device_lanes(model.spans, program), memory=model.memory,
-                 marks=model.marks, meta=meta)
-
-
-def _device_lanes(spans: list[Span], program: Program) -> list[Span]:
-    """The spans, with an op of cpu(i), i > 0, moved from "cpu/w.." to "cpu{i}/w.." (the
-    worker that ran it, shown under its device), as realexec's trace shows it."""
     moved = {op.id: op.device for op in program.ops
              if op.device != "cpu" and device_kind(op.device) == "cpu"}
-    if not moved:
-        return spans
-    return [replace(s, lane=moved[s.op_id] + s.lane[3:])
-            if s.op_id in moved and s.lane.startswith("cpu/") else s for s in spans]
+    return Trace(spans=device_lanes(model.spans, moved), memory=model.memory,
+                 marks=model.marks, meta=meta)
 
 
 def predict(workload, profile: Profile | str, mode: str = "async",

@@ -16,7 +16,7 @@ Chrome Trace Event JSON that opens in Perfetto or chrome://tracing.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +36,17 @@ class Span:
     @property
     def duration(self) -> float:
         return self.end - self.start
+
+
+def device_lanes(spans: list[Span], devices: dict[int, str]) -> list[Span]:
+    """`spans` with each op of `devices` (op id -> "cpu{i}", a CPU device other than cpu(0))
+    moved from its worker's "cpu/wK" lane to "cpu{i}/wK": every CPU device's ops run on the
+    CPU's workers, and a trace shows each under its device (both halves, `realexec` and the
+    simulator)."""
+    if not devices:
+        return spans
+    return [replace(s, lane=devices[s.op_id] + s.lane[3:])
+            if s.op_id in devices and s.lane.startswith("cpu/") else s for s in spans]
 
 
 def _lane_key(lane: str) -> tuple:

@@ -155,10 +155,11 @@ def crowding(bench, conv_shapes, rounds: int = 3) -> dict:
     nd = bench.nd
     pairs = {}
     for shape in conv_shapes:
+        calls = _convolutions(nd, *shape)
         forward, grad_data, grad_weight = (
             (lambda name=name, inputs=inputs, attrs=attrs: nd.invoke(name, *inputs, **attrs))
-            for name, inputs, attrs in _convolutions(nd, *shape))
-        (_, inputs, attrs), = _convolutions(nd, *shape)[:1]
+            for name, inputs, attrs in calls)
+        _, inputs, attrs = calls[0]
         geometry = ops.geometry("conv2d", tuple(a.shape for a in inputs), attrs)
         pairs[f"conv2d@{geometry}"] = (forward, forward)
         pairs[f"conv2d_grad@{geometry}"] = (grad_data, grad_weight)

@@ -25,10 +25,9 @@ import numpy as np
 
 from asyncsim.nd.ops import INPLACE
 
-# fallback cache for graph objects that take no new attribute: id -> (graph, plan), and
-# ("native", id) -> (graph, its native steps); the graph is kept alive with them, so its id
-# cannot be reused by another object
-_PLANS: dict[int, tuple[object, list]] = {}
+# fallback cache for graph objects that take no new attribute: id -> (graph, (steps, native
+# coding)); the graph is kept alive with its plan, so its id cannot be reused by another object
+_PLANS: dict[int, tuple[object, tuple]] = {}
 _local = threading.local()  # per worker thread: id(graph) -> (graph, its native workspace)
 
 
@@ -64,14 +63,16 @@ def _plan(graph) -> list[Step]:
     return steps
 
 
-def _cached_plan(graph) -> list[Step]:
+def _cached_plan(graph) -> tuple[list[Step], list | None]:
+    """The graph's steps and their native coding (`_native_plan`), worked out at its first run."""
     plan = getattr(graph, "_cpu_plan", None)
     if plan is not None:
         return plan
     entry = _PLANS.get(id(graph))
     if entry is not None and entry[0] is graph:
         return entry[1]
-    plan = _plan(graph)
+    steps = _plan(graph)
+    plan = (steps, _native_plan(graph, steps))
     try:
         graph._cpu_plan = plan
     except (AttributeError, TypeError):
@@ -101,14 +102,6 @@ def _native_plan(graph, plan: list[Step]):
         if step.new is not None:
             temporaries += int(np.prod(step.new[0], dtype=np.int64)) * step.new[1].itemsize
     return coded if temporaries <= NATIVE_TEMPORARIES else None
-
-
-def _cached_native(graph, plan):
-    key = ("native", id(graph))
-    entry = _PLANS.get(key)
-    if entry is None or entry[0] is not graph:
-        entry = _PLANS[key] = (graph, _native_plan(graph, plan))
-    return entry[1]
 
 
 def _workspace(graph, plan, coded) -> tuple:
@@ -161,25 +154,22 @@ def graph_kernel(kernels: dict, built: dict | None = None):
 
     def run_graph(inputs, out, attrs):
         graph = attrs["graph"]
-        plan = _cached_plan(graph)
+        plan, coded = _cached_plan(graph)
         buffers = dict(zip(graph.inputs, inputs, strict=True))
         output_is_input = graph.output in buffers
         if not output_is_input:
             buffers[graph.output] = out
-        coded = _cached_native(graph, plan)
         if coded is not None and all(kernels[step.name] is built.get(step.name)
                                      for step in plan):
             _run_native(graph, plan, coded, buffers)
-            if output_is_input:
-                np.copyto(out, buffers[graph.output])
-            return
-        for step in plan:
-            if step.new is not None:
-                buffers[step.out] = np.empty(*step.new)
-            kernels[step.name](tuple(buffers[v] for v in step.reads), buffers[step.out],
-                               step.attrs)
-            for var in step.dead:
-                del buffers[var]
+        else:
+            for step in plan:
+                if step.new is not None:
+                    buffers[step.out] = np.empty(*step.new)
+                kernels[step.name](tuple(buffers[v] for v in step.reads), buffers[step.out],
+                                   step.attrs)
+                for var in step.dead:
+                    del buffers[var]
         if output_is_input:
             np.copyto(out, buffers[graph.output])
 
