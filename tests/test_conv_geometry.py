@@ -152,6 +152,6 @@ def test_the_model_stretches_a_crowded_convolution_priced_by_flops_alone():
     assert exec_times(0.0) == pytest.approx([flops_time, flops_time])
 
 
-def test_only_the_convolutions_have_a_geometry():
-    assert set(ops.GEOMETRY) == set(CONV_OPS)
-    assert ops.geometry("dot", ((2, 3), (3, 4)), {}) == ""
+def test_the_convolutions_and_products_have_a_geometry():
+    assert set(ops.GEOMETRY) == {*CONV_OPS, "dot"}
+    assert ops.geometry("relu", ((2, 3),), {}) == ""

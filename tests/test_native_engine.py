@@ -295,3 +295,30 @@ def test_memory_comes_back_while_the_frontend_waits():
         watcher.join()
     assert queued == 20 * 500 * 500 * 4  # the float32 ys, none run yet
     assert fell.is_set(), "live bytes stayed up while the frontend waited on the last op"
+
+
+def test_a_free_poll_looks_only_at_the_deletions_it_can_give_back():
+    """A blocked frontend gives memory back every millisecond: with a thousand deletions
+    waiting behind one held op, a poll asks about the first one's ops only (scanning them all
+    took a fifth of a core from the workers), and once the op is let go every one comes back,
+    in the order of their last op."""
+    engine = NativeEngine(workers=1)
+    gate, held = threading.Event(), engine.new_var("held")
+    engine.push(gate.wait, (), (held,), args=(30.0,))
+    freed, asked = [], []
+    for i in range(1000):
+        var = engine.new_var(i)
+        engine.push(_nothing, (held,), (var,))
+        engine.delete_var(var, freed.append, (i,))
+    done = engine._done
+    engine._done = lambda token: asked.append(token) or done(token)
+    engine._run_frees()
+    assert freed == [] and len(asked) == 1
+    gate.set()
+    engine.wait_all()
+    assert freed == list(range(1000))
+    engine.close()
+
+
+def _nothing():
+    return None

@@ -141,8 +141,9 @@ def format_table(table: list[BookRow]) -> str:
         p = r.printed
         where = f"{p.scenario} / " + (f"RSS across '{p.over}'" if p.label == RSS else p.label)
         status = r.status
-        if r.peak is not None:
-            status += f" (peak during the loop {r.peak:+.1f} MB)"
+        if r.peak is not None:  # a change of a few MB: its error in MB says more than in %
+            status += (f" ({r.predicted - p.value:+.3f} MB off; peak during the loop "
+                       f"{r.peak:+.1f} MB)")
         cells.append((p.seed, p.section, p.text, where, r.preset,
                        _value(r.predicted, p.unit) if r.covered else "-",
                        f"{r.error * 100:+.1f}%" if r.covered else "-", status))

@@ -12,7 +12,8 @@ adds nothing.
 
 Cost keys are "DEVICE:NAME" with DEVICE one of `DEVICE_KINDS` and NAME an op of `asyncsim.nd.ops`,
 an op group, `BROADCAST`, "*" (not for "frontend") or, for "frontend", a blocker; or
-"DEVICE:NAME@GEOMETRY" for an op of `asyncsim.nd.ops.GEOMETRY` (one geometry of a convolution).
+"DEVICE:NAME@GEOMETRY" for an op of `asyncsim.nd.ops.GEOMETRY` (one geometry of a convolution
+or one shape of a 2-d product).
 Link keys are `LINKS` and the optional `READBACK`. Every rejection is one `ProfileError` line
 naming the key and what is accepted. This module does not import `asyncsim.model.profile`
 (which builds on it).

@@ -13,8 +13,9 @@ A Profile says
   fallback, not for "frontend", whose fallback is t1). An op is priced by name, then group, then
   "*"; a binary op whose operands' shapes differ (broadcasting: another path through the frontend
   and the kernel) by "DEVICE:broadcast" before those, where the profile has one; a convolution
-  by "DEVICE:NAME@GEOMETRY" before them (`asyncsim.nd.ops.geometry`: its shape without the batch,
-  for a profile that timed that geometry: BLAS's speed depends on the product's shape);
+  or a 2-d product by "DEVICE:NAME@GEOMETRY" before them (`asyncsim.nd.ops.geometry`: a
+  convolution's shape without the batch, a product's whole shape and transposes), for a profile
+  that timed that geometry: BLAS's speed depends on the product's shape;
 - `links`: the copy cost of `copyto` between devices, keyed "cpu->gpu", "gpu->cpu", "gpu->gpu",
   and optionally "gpu->host": a blocker's copy of a GPU array into fresh (pageable) host memory
   (asnumpy, item, print of GPU data; without it such a blocker is priced as on the CPU);
@@ -154,7 +155,7 @@ class Profile:
                 seconds += step.latency * len(graph.ops)
             return "graph", Cost(latency=seconds)
         kind = device_kind(op.device)
-        if op.geometry:  # a convolution: its own geometry's cost where the profile timed it
+        if op.geometry:  # a convolution or product: its geometry's cost where the profile timed it
             key = f"{kind}:{op.name}@{op.geometry}"
             if key in self.costs:
                 return key, self.costs[key]

@@ -44,8 +44,8 @@ class Op:
     attrs: dict
     flops: float
     nbytes: int  # bytes read plus bytes written
-    # the op's shape without its batch, for the ops of `ops.GEOMETRY` (else ""): a profile may
-    # price each geometry of a convolution apart
+    # for the ops of `ops.GEOMETRY` (else ""): a convolution's shape without its batch, a 2-d
+    # product's shape and transposes; a profile may price each geometry apart
     geometry: str = ""
 
     @property

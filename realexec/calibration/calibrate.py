@@ -28,7 +28,8 @@ turns them into the Profile that `asyncsim.simulate` prices a program with:
   issue measured as the other ops' (`realexec.calibration.training`,
   `realexec.calibration.issuing`); "cpu:graph", what a hybridized graph's kernel adds per member;
   "cpu:dot" over the square products below and rectangular ones with an operand transposed, as
-  a dense layer's forward and backward call them; "frontend:backward" and
+  a dense layer's forward and backward call them, and the products of the scenarios' MLP layers
+  priced on their own timing, "cpu:dot@<m>x<k>x<n>[-ta|-tb]"; "frontend:backward" and
   "frontend:kvstore", per op that backward and a Trainer issue (their Python around each op),
   "frontend:graph", per hybridized block call; reshape, cast and assign fall to
   "cpu:copy", any op without a cost of its own to "cpu:*" (the elementwise cost);

@@ -189,7 +189,8 @@ def op_costs(measured: dict, device: str = "cpu", extra: dict | None = None) -> 
     `realexec.calibration.training.kernel_times` gives them): latency + bytes / bandwidth +
     flops / peak for the convolutions and the products (with `extra`, the square ones of the
     `dot` sweep: `dot_points`), `fit_bytes` (with its cache levels) for the others; and
-    "cpu:<op>@<geometry>" for each convolution geometry timed (`geometry_cost`). The
+    "cpu:<op>@<geometry>" for each convolution geometry and product shape timed
+    (`geometry_cost`). The
     coefficients are added to `measured`. `extra`: op name -> more points of that op, measured
     elsewhere, fitted along."""
     costs: dict[str, Cost] = {}
@@ -213,11 +214,12 @@ def op_costs(measured: dict, device: str = "cpu", extra: dict | None = None) -> 
 
 
 def geometry_cost(latency: float, flops: float, seconds: float) -> Cost:
-    """The cost of one convolution geometry from its one timed call: the op's fitted latency,
-    then the call's flop rate, so a batch of that geometry costs in proportion to its images
-    (the kernel convolves images in chunks, each chunk's product as fast at any batch). The one
-    formula over every geometry misses single shapes by up to a third: BLAS runs a product of
-    few filters or few channels far below its peak."""
+    """The cost of one convolution geometry (or product shape) from its one timed call: the
+    op's fitted latency, then the call's flop rate, so a batch of that geometry costs in
+    proportion to its images (the kernel convolves images in chunks, each chunk's product as
+    fast at any batch; a product's geometry is its whole shape). The one formula over every
+    geometry misses single shapes by up to a third: BLAS runs a product of few filters or few
+    channels far below its peak, and one with its weight transposed a fifth slower."""
     latency = min(latency, seconds / 2)
     return Cost(latency=latency, peak=flops / (seconds - latency))
 

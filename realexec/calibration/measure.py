@@ -49,6 +49,9 @@ class Settings:
     op_sizes: tuple[int, ...] = ()
     conv_shapes: tuple[tuple[int, ...], ...] = ()
     dot_shapes: tuple[tuple[int, int, int], ...] = ()  # (m, k, n), each operand transposed too
+    # products priced on their own shape too (`asyncsim.nd.ops.tensor.dot_geometry`): (m, k, n,
+    # "", "ta" or "tb"), an (m, k) by (k, n) product with that operand stored transposed
+    layer_products: tuple[tuple[int, int, int, str], ...] = ()
     graph_repeats: int = 0  # calls of a hybridized block and of its ops one by one
 
 
@@ -74,6 +77,17 @@ FULL = Settings(sizes=(2**10, 2**13, 2**16, 2**18, 2**20, 2**21, 2**22, 2**23),
                              (16, 256, 7, 512, 1, 2, 0), (4, 512, 4, 512, 3, 1, 1)),
                 # dense layers' products: a batch through a layer, and its gradients
                 dot_shapes=((64, 128, 256), (256, 512, 1024), (512, 1024, 256)),
+                # the products of the MLP of 12.2.4 and 8.2.4 (512-2048-512-1) at the batches
+                # the scenarios measure (1024, and 128 without a blocker), as the workloads call
+                # them: nd.dot's forward, Gluon Dense's (weight transposed), and the weight's
+                # gradient; BLAS runs them 10-20% apart at one size
+                layer_products=tuple((m, k, n, t) for batch in (128, 1024)
+                                     for m, k, n, t in ((batch, 512, 2048, ""),
+                                                        (batch, 2048, 512, ""),
+                                                        (batch, 512, 2048, "tb"),
+                                                        (batch, 2048, 512, "tb"),
+                                                        (512, batch, 2048, "ta"),
+                                                        (2048, batch, 512, "ta"))),
                 graph_repeats=100)
 QUICK = Settings(sizes=(2**8, 2**12, 2**16, 2**18), dot_sides=(16, 64, 256), gemv_sides=(64, 256),
                  repeats=3, sweeps=1, issue_ops=100, loops=5, roundtrips=50,
@@ -82,7 +96,8 @@ QUICK = Settings(sizes=(2**8, 2**12, 2**16, 2**18), dot_sides=(16, 64, 256), gem
                  spread=0.0, op_sizes=(2**8, 2**12, 2**16),
                  conv_shapes=((2, 1, 12, 4, 3, 1, 0), (2, 8, 8, 8, 3, 1, 1),
                               (4, 16, 6, 16, 1, 1, 0)),
-                 dot_shapes=((16, 32, 64),), graph_repeats=10)
+                 dot_shapes=((16, 32, 64),), layer_products=((16, 64, 32, "tb"),),
+                 graph_repeats=10)
 
 def kernels(nd, settings, ctx=None) -> list[tuple]:
     """(name in `realexec.calibration.fits.FITTED`, op name in the engine's log, maker(size) ->
@@ -177,7 +192,7 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
             fits[name] = {"sizes": list(sizes), "seconds": times}
             bar.update()
         bar.set_postfix_str("training ops")
-        calls = training.cases(nd, s.op_sizes, s.conv_shapes, s.dot_shapes)
+        calls = training.cases(nd, s.op_sizes, s.conv_shapes, s.dot_shapes, s.layer_products)
         raw["ops"] = training.kernel_times(bench, calls, s.repeats, s.sweeps, s.spread)
         del calls
         raw["graph_step"] = training.graph_step(bench, s.graph_repeats)

@@ -50,30 +50,33 @@ def features(name: str, inputs, attrs: dict) -> tuple[int, float]:
     return nbytes, ops.flops(name, shapes, shape)
 
 
-def cases(nd, sizes, conv_shapes, dot_shapes=()) -> list[tuple[str, tuple, dict]]:
+def cases(nd, sizes, conv_shapes, dot_shapes=(), layer_products=()) -> list[tuple[str, tuple,
+                                                                          dict]]:
     """(op name, inputs, attrs) of every timed call: the memory-bound ops at each of `sizes`
     (elements), the convolutions at each of `conv_shapes` ((batch, channels, side, filters,
-    kernel, stride, pad)), and `dot` at each of `dot_shapes` ((m, k, n): an (m, k) x (k, n)
+    kernel, stride, pad)), `dot` at each of `dot_shapes` ((m, k, n): an (m, k) x (k, n)
     product) as is and with either operand transposed, as a layer's forward and backward
-    call it."""
+    call it, and at each of `layer_products` ((m, k, n, "" | "ta" | "tb"))."""
     out = []
     for n in sizes:
         out += _memory_bound(nd, n)
     for shape in conv_shapes:
         out += _convolutions(nd, *shape)
-    for shape in dot_shapes:
-        out += _products(nd, *shape)
+    for m, k, n in dot_shapes:
+        out += [_product(nd, m, k, n, transposed) for transposed in ("", "tb", "ta")]
+    out += [_product(nd, *shape) for shape in layer_products]
     nd.waitall()
     return out
 
 
-def _products(nd, m: int, k: int, n: int) -> list[tuple[str, tuple, dict]]:
+def _product(nd, m: int, k: int, n: int, transposed: str) -> tuple[str, tuple, dict]:
+    """An (m, k) by (k, n) product, with operand a ("ta") or b ("tb") stored transposed."""
     def operand(*shape):
         return nd.random.uniform(0, 2.0 / k, shape=shape)
 
-    return [("dot", (operand(m, k), operand(k, n)), {}),
-            ("dot", (operand(m, k), operand(n, k)), {"transpose_b": True}),
-            ("dot", (operand(k, m), operand(k, n)), {"transpose_a": True})]
+    a = operand(k, m) if transposed == "ta" else operand(m, k)
+    b = operand(n, k) if transposed == "tb" else operand(k, n)
+    return "dot", (a, b), {f"transpose_{transposed[1]}": True} if transposed else {}
 
 
 def _memory_bound(nd, n: int) -> list[tuple[str, tuple, dict]]:
@@ -235,7 +238,7 @@ def kernel_times(bench, calls, repeats: int, rounds: int, pause: float,
         point = [float(nbytes), float(flops), central(column)]
         out[name]["points"].append(point)
         geometry = ops.geometry(name, tuple(a.shape for a in inputs), attrs)
-        if geometry:  # a convolution: its point priced apart too (`fits.op_costs`)
+        if geometry:  # a convolution or a 2-d product: priced apart too (`fits.op_costs`)
             out[name].setdefault("geometries", {})[geometry] = point
     return dict(out)
 

@@ -47,9 +47,10 @@ COMPILED = frozenset({"add", "sub", "mul", "div", "copy", "copyto", "add_scalar"
                       "zeros", "full", "dot"})
 
 # Ops whose speed depends on their shape beyond the bytes and flops they are priced by (the
-# convolutions: the shape of their BLAS product): the frontend records `geometry` on their Op,
-# and a profile may hold a cost per geometry ("cpu:conv2d@1x28x28-20x3x3-s1x1-p0x0").
-GEOMETRY = nn.GEOMETRY
+# convolutions and 2-d products: the shape of their BLAS product): the frontend records
+# `geometry` on their Op, and a profile may hold a cost per geometry
+# ("cpu:conv2d@1x28x28-20x3x3-s1x1-p0x0", "cpu:dot@128x512x2048-tb").
+GEOMETRY = {**nn.GEOMETRY, **tensor.GEOMETRY}
 
 
 def geometry(name: str, shapes: tuple[Shape, ...], attrs: dict) -> str:

@@ -99,6 +99,21 @@ def _same_shapes(name):
     return rule
 
 
+def dot_geometry(name, shapes, attrs) -> str:
+    """A 2-d product's shape, as "MxKxN" (an (M, K) by (K, N) product) with "-ta"/"-tb" where an
+    operand is used transposed; "" for a product with a 1-d operand. BLAS runs products of one
+    size at speeds a fifth apart by their shape and transposes (a dense layer's (128, 512) by
+    its (2048, 512) weight transposed: 83 GFLOP/s; a 512x512 square: 99), so a profile may time
+    the products of the layers it will price and key them by this."""
+    a, b = shapes
+    if len(a) != 2 or len(b) != 2:
+        return ""
+    ta, tb = attrs.get("transpose_a", False), attrs.get("transpose_b", False)
+    m, k = a[::-1] if ta else a
+    n = b[0] if tb else b[1]
+    return f"{m}x{k}x{n}" + ("-ta" if ta else "") + ("-tb" if tb else "")
+
+
 # -- flops ----------------------------------------------------------------------------------------
 def _dot_flops(shapes, out):
     """2 * inner * outputs: with a (M, K), b (K, N), size(a) * size(b) / size(out) = K^2, whatever
@@ -307,3 +322,6 @@ DEFS = [
 
 # ops that write their first input in place (out var == input 0)
 INPLACE = frozenset({"setitem", "setitem_scalar", "assign", "sgd_update"})
+
+# ops whose cost a profile may key by their shape as well as by name (`asyncsim.nd.ops.GEOMETRY`)
+GEOMETRY = {"dot": dot_geometry}
