@@ -184,6 +184,22 @@ def test_training_sweeps_leave_out_calls_that_take_too_long():
     assert all(seconds > 0 for points in every.values() for *_, seconds in points["points"])
 
 
+def test_the_round_trips_t3_is_what_the_blocker_adds_once_its_wait_is_over():
+    """t3 is what a blocker costs after its op has ended: for a tiny op that ended before the
+    frontend called wait_to_read, the call alone, never the frontend's Python between the
+    push and the call (that is the issue's, t1): so no more than the wait spans themselves."""
+    from realexec import session
+    from realexec.calibration import microbench
+    from realexec.calibration.steady import central
+
+    with session(workers=1) as nd:
+        bench = microbench._Bench(nd, 1)
+        since = bench.mark()
+        trip = microbench.roundtrip(bench, 50, 2)
+        waits = [end - start for _, _, start, end in bench.spans(since, "wait", "wait_to_read")]
+    assert 0 < trip["t3"] <= central(waits) + 1e-9
+
+
 def test_background_load_is_other_processes_cpu_time():
     """BackgroundLoad counts the busy cores of other processes, not this process's own work."""
     load = cal.BackgroundLoad()

@@ -7,7 +7,8 @@ turns them into the Profile that `asyncsim.simulate` prices a program with:
 
 - `t1` and "frontend:<op>" costs: seconds per issued op ("frontend:broadcast": a binary op on
   operands of different shapes); `free`: seconds per dropped handle;
-- `t3`: the blocker's wake-up after the op it waits for ends; "frontend:asnumpy|print|item":
+- `t3`: what a blocker costs once its wait is over: its wake-up after the op it waits for ends,
+  or, for an op that had ended before the call, the call itself; "frontend:asnumpy|print|item":
   what those blockers add (a copy, formatting), latency + bytes / bandwidth of the array, each
   the first of its kind in a fresh session (cold code, as the chapters' once-per-region calls);
 - `startup`: what a fresh engine's first op round trip takes beyond a warm one;

@@ -149,10 +149,13 @@ def roundtrip(bench: _Bench, n: int, repeats: int, pause: float = 0.0) -> dict:
         ex = bench.spans(since, "exec", "add_scalar")
         waits = bench.spans(since, "wait", "wait_to_read")
         issues = bench.spans(since, "issue", "add_scalar")
-        for (_, _, a, b), (_, _, _, w_end), (_, _, _, i_end) in zip(ex, waits, issues,
-                                                                    strict=False):
+        for (_, _, a, b), (_, _, w_start, w_end), (_, _, _, i_end) in zip(ex, waits, issues,
+                                                                          strict=False):
             execs.append(b - a)
-            wakes.append(w_end - b)
+            # what the blocker costs once its wait is over (the model's t3): from the op's end,
+            # or from the call if the op had ended before it (the frontend's Python between
+            # the push and the call is the issue's, t1, not the blocker's)
+            wakes.append(w_end - max(b, w_start))
             lags.append(a - i_end)
     return {"period": central(periods), "exec": float(np.median(execs)),
             "t3": central(wakes), "lag": central(lags)}
