@@ -117,6 +117,7 @@ def train_loop(nd, num_batches=100, batch_size=1024, num_inputs=512, num_hiddens
             trainer.step(X.shape[0])
         return l_sum, (X, y, l)
 
+    # `held`: the last batch's X, y and l, alive after each loop as the book's globals were
     if previous_cell:
         _, held = epoch(data_iter(nd, 2, batch_size, num_inputs, every=10**9), 'asscalar')
         nd.waitall()  # as that cell ends
