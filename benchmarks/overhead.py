@@ -37,7 +37,8 @@ import realexec
 from asyncsim.nd.frontend import ND
 from realexec.cpu import kernels as cpu
 from realexec.engine.core import Engine, default_workers
-from realexec.frontend import ENGINES, EngineBackend, frozen_gc, machine
+from realexec.frontend import ENGINES, EngineBackend, machine
+from realexec.sessions import frozen_gc
 
 US = 1e6
 

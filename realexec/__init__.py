@@ -13,6 +13,6 @@ GPU, under the CUDA simulator (NUMBA_ENABLE_CUDASIM=1).
 from realexec.calibration.calibrate import calibrate
 from realexec.engine.core import Engine, OpError
 from realexec.engine.native import NativeEngine
-from realexec.frontend import run, session
+from realexec.sessions import run, session
 
 __all__ = ["Engine", "NativeEngine", "OpError", "calibrate", "run", "session"]

@@ -12,7 +12,7 @@ import pytest
 
 import realexec
 from realexec.cpu import kernels as cpu
-from realexec.frontend import _blas_threads
+from realexec.sessions import _blas_threads
 
 
 @pytest.fixture

@@ -461,7 +461,7 @@ def test_odd_shapes_are_errors_naming_the_op(shape):
 
 def test_unknown_device_type_is_named_in_the_error():
     """A Context of an unknown device type fails at the call naming that type."""
-    from asyncsim.nd.frontend import Context
+    from asyncsim.nd.ndarray import Context
 
     with realexec.session(workers=1) as nd:
         with pytest.raises(ValueError, match="tpu"):

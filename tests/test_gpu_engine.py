@@ -220,7 +220,7 @@ def test_run_on_device_gpu_puts_arrays_without_ctx_on_gpu0():
         (a * 2).wait_to_read()
 
     meas = realexec.run(workload, device="gpu")
-    assert seen == [asyncsim.nd.frontend.Context("gpu", 0)]
+    assert seen == [asyncsim.nd.ndarray.Context("gpu", 0)]
     assert {s.lane for s in meas.spans if s.kind == "exec"} == {"gpu0/compute"}
     with pytest.raises(ValueError, match="'cpu' or 'gpu'"):
         realexec.run(workload, device="gpu0")

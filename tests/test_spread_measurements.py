@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from realexec.calibration.microbench import _Bench, kernel_times
 from realexec.calibration.steady import busy, central
-from realexec.frontend import session
+from realexec.sessions import session
 
 _samples = st.lists(st.floats(1e-7, 1.0, allow_nan=False), min_size=1, max_size=40)
 

@@ -24,7 +24,8 @@ from time import perf_counter
 from asyncsim.gluon import nn
 from asyncsim.gluon.utils import split_and_load
 from asyncsim.lab.data import get_fashion_mnist_labels, load_data_fashion_mnist
-from asyncsim.nd.frontend import CPU, Context, current
+from asyncsim.nd.frontend import current
+from asyncsim.nd.ndarray import CPU, Context
 from asyncsim.nd.record import Recorder
 
 

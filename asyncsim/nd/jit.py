@@ -97,7 +97,7 @@ class Tracer:
     def symbol(self, real, name: str, key=None):
         """A symbol standing for the real array `real` (a parameter when `key` is given: one
         symbol per key, bound as an input of the graph in first-use order)."""
-        from asyncsim.nd.frontend import NDArray
+        from asyncsim.nd.ndarray import NDArray
 
         if key is not None and id(key) in self.by_key:
             return self.by_key[id(key)]
@@ -140,7 +140,8 @@ class Tracer:
 def trace(fn, name: str, inputs: list):
     """Run `fn(F, *symbols)` once on symbols standing for the real arrays `inputs` and return
     (its Graph, the keys of the parameters it bound, in the order the graph takes them)."""
-    from asyncsim.nd.frontend import ND, NDArray
+    from asyncsim.nd.frontend import ND
+    from asyncsim.nd.ndarray import NDArray
 
     real_nd = inputs[0].nd
     tracer = Tracer(name, real_nd)
@@ -167,7 +168,7 @@ def trace(fn, name: str, inputs: list):
 
 def _context(device: str):
     """The context of a device name ("cpu", "cpu1", "gpu0", ...)."""
-    from asyncsim.nd.frontend import Context
+    from asyncsim.nd.ndarray import Context
 
     kind = "gpu" if device.startswith("gpu") else "cpu"
     return Context(kind, int(device[3:] or 0))

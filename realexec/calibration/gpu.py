@@ -243,7 +243,7 @@ def with_gpu(profile, quick: bool = False, index: int = 0, progress: bool = Fals
     fresh session with the profile's workers; the raw numbers go to meta["gpu"]."""
     from tqdm.auto import tqdm
 
-    from realexec.frontend import session
+    from realexec.sessions import session
 
     settings = QUICK_GPU if quick else FULL_GPU
     enabled = gc.isenabled()

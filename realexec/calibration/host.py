@@ -112,7 +112,7 @@ def busy_frontend(bench: _Bench, n: int, repeats: int, size: int) -> tuple[float
 
 def fresh(workers: int, sizes, rounds: int, warm: int = 5, pause: float = 0.0) -> dict:
     """{"startup": seconds, "first": [...], "warm": [...], "blockers": {kind: [(nbytes, s)]}}."""
-    from realexec.frontend import session
+    from realexec.sessions import session
 
     firsts, warms = [], []
     cold: dict = {"print": [], "asnumpy": [], "item": []}

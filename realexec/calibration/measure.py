@@ -22,7 +22,7 @@ from realexec.calibration import host as microbench_host
 from realexec.calibration import issuing, microbench, training
 from realexec.calibration.fits import FITTED, ROW
 from realexec.calibration.steady import busy
-from realexec.frontend import session
+from realexec.sessions import session
 
 
 @dataclass(frozen=True)
