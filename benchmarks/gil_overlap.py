@@ -12,7 +12,7 @@ For kernels of d seconds (a compiled loop that drops the GIL, `realexec.calibrat
   calibrated profile (`realexec.calibrate`, cached: hand-over, wake-ups, worker overhead, the
   frontend's spin, cores) and each op priced as the kernel (latency: the calibrated elementwise
   call; bytes time: d). Nothing is fitted to what it is compared with. The model's rule: a thread
-  asleep on the GIL takes it only once it has stayed free a whole hand-over (`asyncsim.model.host`).
+  asleep on the GIL takes it only once it has stayed free a whole hand-over (`asyncsim.model.gil`).
 
 How much two threads overlap depends on where the OS puts them: bare threads sometimes overlap
 17 us kernels and sometimes do not, run to run; the engine's workers, with the frontend spinning

@@ -1,4 +1,4 @@
-"""The GIL's hand-over to a sleeping thread: the model's rule (`asyncsim.model.host.Gil`: a released
+"""The GIL's hand-over to a sleeping thread: the model's rule (`asyncsim.model.gil.Gil`: a released
 GIL goes to the sleeping waiter a scattered hand-over later, if still free) and the
 microbenchmarks that measure a hand-over and how much two threads overlap
 (`realexec.calibration.gil`)."""
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from asyncsim import Profile, predict
-from asyncsim.model.host import Gil
+from asyncsim.model.gil import Gil
 from asyncsim.model.profile import Cost
 from realexec.calibration.gil import handover, overlap
 

@@ -10,7 +10,8 @@ import time
 import pytest
 import simpy
 
-from asyncsim.model.host import Gil, WakeQueue
+from asyncsim.model.gil import Gil
+from asyncsim.model.host import WakeQueue
 from realexec.calibration.host import wake
 from realexec.engine.core import Engine
 

@@ -28,7 +28,7 @@ and threads that never ran). Prices are cached per op name, devices and broadcas
 Assumptions: `FrontendProcess` is a mixin of `asyncsim.simulate._Model` and reads and updates the
 state that model's `__init__` creates (the per-position lists, the tracker, lanes, slots, the
 host) and its lane and memory methods (`_dispatch`, `_reserve`, `_release`). With a contended
-profile the frontend holds `asyncsim.model.host`'s GIL while it runs Python. Times are seconds of
+profile the frontend holds `asyncsim.model.gil`'s GIL while it runs Python. Times are seconds of
 simulated time.
 """
 

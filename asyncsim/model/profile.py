@@ -44,7 +44,7 @@ A Profile says
   (`sys.getswitchinterval()`): how long a thread waits for the GIL before the holder must hand
   it over; `spin`, how long a blocker spins before it sleeps (a frontend whose wait
   ends within it is awake and takes a released GIL at once); `cores`, which matters when fewer
-  than workers + 1. `asyncsim.model.host` has the rules.
+  than workers + 1. `asyncsim.model.host` has the rules (the GIL's in `asyncsim.model.gil`).
 
 A Cost (`asyncsim.model.cost`, with the cost keys' checks) is `latency + nbytes / bandwidth +
 flops / peak` seconds. Units: seconds, bytes, bytes per second, flops per second. JSON files hold

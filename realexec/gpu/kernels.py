@@ -1,4 +1,5 @@
-"""numba.cuda kernels for the ops of asyncsim.nd.ops: the GPU half of realexec's op table.
+"""The GPU half of realexec's op table: launches of numba.cuda kernels for the ops of
+asyncsim.nd.ops.
 
 `GPU_KERNELS[op](inputs, out, attrs, stream)` *enqueues* op `op` on `stream` and returns at
 once: inputs are device arrays on the stream's device, `out` is preallocated with the shape and
@@ -7,12 +8,14 @@ in place). 'array' and 'copyto' have no kernel: they are the `to_device`/`to_hos
 engine issues on the copy stream; 'copy', 'slice' and same-shape 'setitem' are device-to-device
 memcpys. Dtypes: float32 and float64 (kernels compile once per dtype, on first use).
 
-Kernels use grid-stride loops over flattened, C-contiguous arrays, so a launch's grid is
-capped (THREADS per block, at most MAX_BLOCKS blocks) whatever the size. Choices to know:
-- elementwise: one kernel per arity, the op picked by a code (a uniform branch, free next to
-  the memory traffic); broadcasting handles any shapes whose coalesced pattern has <= 4 dims.
-- sum/mean/norm accumulate in float64 for both dtypes: per-block shared-memory tree sums, then
-  a second one-block pass into a 0-d output (deterministic; no atomics).
+The elementwise, fill, random and reduction kernels are in `loops` (grid-stride loops over
+flattened, C-contiguous arrays, so a launch's grid is capped: THREADS per block, at most
+MAX_BLOCKS blocks, whatever the size). Choices to know:
+- elementwise: one kernel per arity, the op picked by a code; broadcasting handles any shapes
+  whose coalesced pattern has <= 4 dims (`_broadcast_layout` merges the dims that index both
+  inputs alike, down to the kernel's 4).
+- sum/mean/norm accumulate in float64 for both dtypes: two launches (per-block partial sums
+  into a per-stream buffer, then one block into the 0-d output).
 - dot: a register-blocked tiled product (BM x BN output tile per block, TM x TN per thread,
   k staged BK deep in double-buffered shared memory), accumulating in the inputs' dtype; 1-d
   operands are reshaped to a row or column, transposed ones (attrs transpose_a/transpose_b)
@@ -20,11 +23,8 @@ capped (THREADS per block, at most MAX_BLOCKS blocks) whatever the size. Choices
   Its grid is 1-d (tiles numbered in groups of GROUP tile rows), so no grid-y limit applies.
   Products of fewer than MIN_TILES tiles (small or skinny: they would leave SMs idle) use a
   TILE x TILE one-output-per-thread kernel.
-- uniform/normal: numba.cuda.random's xoroshiro128+; each thread seeds its own state from
-  (attrs['seed'], thread index) with splitmix64 inside the kernel, so a launch costs no host
-  work and no copy; the states buffer is cached per stream. Values are in float64 then rounded
-  (normal uses numba's Box-Muller); reproducible for a seed, shape and device kind, and not
-  numpy's stream. Distinct seeds give unrelated streams, not provably disjoint ones.
+- uniform/normal: seeded inside the kernel from attrs['seed'] (see `loops`); the states
+  buffer is cached per stream.
 - the simulator runs one kernel at a time (numba's limitation), so launches take a lock there
   (`realexec.gpu.launch`, shared with the modules below).
 The ops of training and CNNs have kernels in modules of their own, merged into GPU_KERNELS:
@@ -32,7 +32,7 @@ The ops of training and CNNs have kernels in modules of their own, merged into G
 (convolution, pooling), `norm` (softmax family, cross-entropy, batch norm) and `graph` (a
 hybridized block's ops in order on one stream); `equal` and `broadcast_to` are here.
 Kernels must be launched with the stream's device current (`device_context(i)`). Devices,
-pools, copies and events live in gpu_memory and are re-exported here: the engine imports this.
+pools, copies and events live in `memory` and are re-exported here: the engine imports this.
 """
 
 from __future__ import annotations
@@ -53,6 +53,27 @@ from realexec.gpu.launch import SIM as _SIM
 from realexec.gpu.launch import blocks as _blocks
 from realexec.gpu.launch import flat as _flat
 from realexec.gpu.launch import launch as _launch
+from realexec.gpu.loops import (
+    ADD,
+    DIV,
+    EQUAL,
+    MAX,
+    MEAN,
+    MUL,
+    NORM,
+    RDIV,
+    RIGHT,
+    RSUB,
+    SUB,
+    SUM,
+    _binary_kernel,
+    _broadcast_kernel,
+    _fill_kernel,
+    _random_kernel,
+    _reduce_final_kernel,
+    _reduce_partial_kernel,
+    _scalar_kernel,
+)
 from realexec.gpu.matmul import matmul_launch, transposed
 from realexec.gpu.memory import (  # noqa: F401 -- re-exported: the engine's one import
     DevicePool,
@@ -73,156 +94,8 @@ from realexec.gpu.memory import (  # noqa: F401 -- re-exported: the engine's one
 )
 
 if cuda is not None:
-    from numba.cuda import float64, uint64
+    from realexec.gpu.loops import xoroshiro128p_dtype
 
-    with warnings.catch_warnings():  # under the simulator numba's own RNG module warns
-        warnings.filterwarnings("ignore", "The keyword argument 'nopython=False'")
-        from numba.cuda.random import (
-            xoroshiro128p_dtype,
-            xoroshiro128p_normal_float64,
-            xoroshiro128p_uniform_float64,
-        )
-
-    _jit = cuda.jit
-else:  # kernels stay plain functions; _launch reports why no GPU can run them
-    def _jit(**_):
-        return lambda fn: fn
-
-ADD, SUB, MUL, DIV, RSUB, RDIV, MAX, RIGHT, EQUAL = range(9)
-SUM, MEAN, NORM = range(3)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
-
-@_jit(device=True, cache=True)
-def _apply(code, x, y):
-    if code == ADD:
-        return x + y
-    if code == SUB:
-        return x - y
-    if code == MUL:
-        return x * y
-    if code == DIV:
-        return x / y
-    if code == RSUB:
-        return y - x
-    if code == RDIV:
-        return y / x
-    if code == MAX:
-        return y if x < y else x  # NaN stays NaN, as np.maximum
-    if code == EQUAL:
-        return x == y  # a bool unifies with x's type: 1.0 or 0.0 in the dtype
-    return y
-
-
-@_jit(cache=True)
-def _fill_kernel(out, value):
-    for i in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
-        out[i] = value
-
-
-@_jit(cache=True)
-def _scalar_kernel(out, a, s, code):
-    for i in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
-        out[i] = _apply(code, a[i], s)
-
-
-@_jit(cache=True)
-def _binary_kernel(out, a, b, code):
-    for i in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
-        out[i] = _apply(code, a[i], b[i])
-
-
-@_jit(cache=True)
-def _broadcast_kernel(out, a, b, code, shape, a_strides, b_strides):
-    n1, n2, n3 = shape[1], shape[2], shape[3]
-    for i in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
-        i3 = i % n3
-        rest = i // n3
-        i2 = i1 = 0
-        if n2 != 1:  # int64 division is slow on GPUs: skip it for the padding dims
-            i2 = rest % n2
-            rest = rest // n2
-        if n1 != 1:
-            i1 = rest % n1
-            rest = rest // n1
-        i0 = rest
-        ia = i0 * a_strides[0] + i1 * a_strides[1] + i2 * a_strides[2] + i3 * a_strides[3]
-        ib = i0 * b_strides[0] + i1 * b_strides[1] + i2 * b_strides[2] + i3 * b_strides[3]
-        out[i] = _apply(code, a[ia], b[ib])
-
-
-@_jit(device=True, cache=True)
-def _splitmix64(z):
-    z = (z ^ (z >> uint64(30))) * uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> uint64(27))) * uint64(0x94D049BB133111EB)
-    return z ^ (z >> uint64(31))
-
-
-@_jit(cache=True)
-def _random_kernel(out, states, seed, offset, scale, normal):
-    t = cuda.grid(1)
-    # Thread t takes positions 2t+1 and 2t+2 of seed's splitmix64 sequence: distinct threads
-    # never share a position, and splitmix64 is a bijection, so no two states are equal.
-    z = seed + uint64(2 * t + 1) * _GOLDEN
-    states[t]["s0"] = _splitmix64(z)
-    states[t]["s1"] = _splitmix64(z + _GOLDEN)
-    for i in range(t, out.shape[0], cuda.gridsize(1)):
-        if normal:
-            v = xoroshiro128p_normal_float64(states, t)
-        else:
-            v = xoroshiro128p_uniform_float64(states, t)
-        out[i] = offset + scale * v
-
-
-@_jit(device=True, cache=True)
-def _block_sum(buf, tid):
-    step = THREADS // 2
-    while step > 0:
-        if tid < step:
-            buf[tid] += buf[tid + step]
-        cuda.syncthreads()
-        step //= 2
-
-
-@_jit(cache=True)
-def _reduce_partial_kernel(a, partials, square):
-    buf = cuda.shared.array(THREADS, float64)
-    tid = cuda.threadIdx.x
-    acc = 0.0
-    for i in range(cuda.grid(1), a.shape[0], cuda.gridsize(1)):
-        v = float64(a[i])
-        acc += v * v if square else v
-    buf[tid] = acc
-    cuda.syncthreads()
-    _block_sum(buf, tid)
-    if tid == 0:
-        partials[cuda.blockIdx.x] = buf[0]
-
-
-@_jit(cache=True)
-def _reduce_final_kernel(partials, nparts, out, mode, count):
-    buf = cuda.shared.array(THREADS, float64)
-    tid = cuda.threadIdx.x
-    acc = 0.0
-    for i in range(tid, nparts, THREADS):
-        acc += partials[i]
-    buf[tid] = acc
-    cuda.syncthreads()
-    _block_sum(buf, tid)
-    if tid == 0:
-        total = buf[0]
-        if mode == MEAN:
-            total = total / count
-        elif mode == NORM:
-            total = math.sqrt(total)
-        out[0] = total
-
-
-# Why this tiling (numbers for 4096^3 float32 on an H100: FP32 non-tensor peak ~60 TFLOP/s,
-# HBM ~3 TB/s): the product is 2 * 4096^3 = 137 GFLOP, 2.3 ms at peak, while its compulsory
-# traffic (read A and B, write C: 201 MB) takes 0.07 ms, so it is compute-bound once the
-# on-chip traffic per FMA is small. The 16x16 one-output-per-thread tile (_small_matmul_kernel)
-# does 1 FMA per 2 shared loads and 8 FMAs per global (L2) load: 7.7 TFLOP/s. Here a thread's
 # ---- launching (_launch, _blocks, _flat: realexec.gpu.launch) --------------------------------
 _RNG_STATES = PerStream(PART_BLOCKS * THREADS, xoroshiro128p_dtype if cuda else None)
 _PARTIALS = PerStream(PART_BLOCKS, np.float64)
