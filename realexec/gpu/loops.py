@@ -17,9 +17,9 @@ use). Units: elements; op codes and modes are ints, seeds uint64. Choices to kno
   copy. Values are in float64 then rounded (normal uses numba's Box-Muller); reproducible for a
   seed, shape and device kind, and not numpy's stream. Distinct seeds give unrelated streams,
   not provably disjoint ones.
-Assumptions: blocks have exactly THREADS threads (a power of two: `_block_sum` halves it) and
-`_reduce_final_kernel` runs as one block; the states buffer of `_random_kernel` holds a state
-per thread of its grid; kernels are launched with the stream's device current.
+Assumptions: blocks have exactly THREADS threads (a power of two: the tree sums, `launch.lane_sum`,
+halve it) and `_reduce_final_kernel` runs as one block; the states buffer of `_random_kernel`
+holds a state per thread of its grid; kernels are launched with the stream's device current.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import warnings
 
 import numpy as np
 
-from realexec.gpu.launch import THREADS, jit
+from realexec.gpu.launch import THREADS, jit, lane_sum
 from realexec.gpu.memory import cuda
 
 if cuda is not None:
@@ -130,16 +130,6 @@ def _random_kernel(out, states, seed, offset, scale, normal):
         out[i] = offset + scale * v
 
 
-@jit(device=True, cache=True)
-def _block_sum(buf, tid):
-    step = THREADS // 2
-    while step > 0:
-        if tid < step:
-            buf[tid] += buf[tid + step]
-        cuda.syncthreads()
-        step //= 2
-
-
 @jit(cache=True)
 def _reduce_partial_kernel(a, partials, square):
     buf = cuda.shared.array(THREADS, float64)
@@ -148,11 +138,9 @@ def _reduce_partial_kernel(a, partials, square):
     for i in range(cuda.grid(1), a.shape[0], cuda.gridsize(1)):
         v = float64(a[i])
         acc += v * v if square else v
-    buf[tid] = acc
-    cuda.syncthreads()
-    _block_sum(buf, tid)
+    total = lane_sum(buf, tid, acc, False)
     if tid == 0:
-        partials[cuda.blockIdx.x] = buf[0]
+        partials[cuda.blockIdx.x] = total
 
 
 @jit(cache=True)
@@ -162,11 +150,8 @@ def _reduce_final_kernel(partials, nparts, out, mode, count):
     acc = 0.0
     for i in range(tid, nparts, THREADS):
         acc += partials[i]
-    buf[tid] = acc
-    cuda.syncthreads()
-    _block_sum(buf, tid)
+    total = lane_sum(buf, tid, acc, False)
     if tid == 0:
-        total = buf[0]
         if mode == MEAN:
             total = total / count
         elif mode == NORM:
