@@ -27,8 +27,8 @@ import time
 from accuracy import measure, predict  # benchmarks/accuracy.py, beside this script
 
 from asyncsim.lab import scenarios
-from asyncsim.lab.cli import summary_table
 from asyncsim.lab.compare import compare, table
+from asyncsim.lab.jobs import summary_table
 from realexec.calibration.calibrate import calibrate
 from realexec.frontend import machine
 from realexec.gpu import kernels as gpu

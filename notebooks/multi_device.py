@@ -171,7 +171,7 @@ for key, title in exercises.list().items():
 
 # %%
 print(exercises.check("8.4-3", allreduce_lists := exercises.reference("8.4-3")))
-from asyncsim.lab.exercises.multi_device import section_allreduce  # noqa: E402
+from asyncsim.lab.exercises.multi_device_allreduce import section_allreduce  # noqa: E402
 
 print(exercises.check("8.4-3", section_allreduce))
 print(inspect.getsource(allreduce_lists))

@@ -1,10 +1,13 @@
 """User mistakes on the `asyncsim` command line are one line on stderr and exit status 2, never
 a traceback: outputs that cannot be written are refused before any work starts, a `--param` of
 the wrong kind names the parameter, a shape too large for this machine names the op, and
-Ctrl-C is one line with status 130.
+Ctrl-C is one line with status 130; a pipe closed by its reader ends the command quietly.
 """
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import pytest
 
@@ -43,8 +46,8 @@ def test_calibrate_out_is_checked_before_calibrating(monkeypatch, capsys, a_file
 @pytest.mark.parametrize("command", ["predict", "run"])
 def test_chrome_is_checked_before_the_work(monkeypatch, capsys, tmp_path, command):
     """`--chrome` into a directory that does not exist: refused before predicting or running."""
-    monkeypatch.setattr(cli, "_predict", must_not_run)
-    monkeypatch.setattr(cli, "_run", must_not_run)
+    monkeypatch.setattr(cli, "predict_one", must_not_run)
+    monkeypatch.setattr(cli, "run_one", must_not_run)
     target = tmp_path / "missing" / "trace.json"
     assert main([command, "dependency", "--quick", "--chrome", str(target)]) == 2
     line = one_line(capsys)
@@ -119,3 +122,16 @@ def test_ctrl_c_is_one_line_and_status_130(monkeypatch, capsys):
     monkeypatch.setitem(cli.COMMANDS, "list", interrupted)
     assert main(["list"]) == 130
     assert one_line(capsys) == "asyncsim list: interrupted"
+
+
+def test_a_reader_that_leaves_ends_the_listing_quietly():
+    """`asyncsim list | head`: once the reader has closed the pipe, the command stops with the
+    shell's status for a closed pipe (141) and says nothing on stderr (it said "Broken pipe")."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from asyncsim.lab import cli; "
+                               "sys.exit(cli.main(['list']))"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # gone before the listing is written
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141
+    assert err == b""

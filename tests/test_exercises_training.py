@@ -19,7 +19,7 @@ from asyncsim.gluon import Trainer, nn
 from asyncsim.gluon import loss as gloss
 from asyncsim.lab import d2l
 from asyncsim.lab.exercises.hybridize import lenet_predict
-from asyncsim.lab.exercises.multi_device import section_allreduce
+from asyncsim.lab.exercises.multi_device_allreduce import section_allreduce
 from asyncsim.lab.scenarios.data_parallel import lenet_data_parallel, split_and_load
 
 OPEN = ["8.1-1", "8.1-2", "8.4-2", "8.5-1"]

@@ -15,7 +15,7 @@ import realexec
 from realexec import OpError
 from realexec.gpu import device as gpu_device
 from realexec.gpu import kernels as gpu
-from realexec.gpu import memory as gpu_memory
+from realexec.gpu import runtime as gpu_runtime
 from realexec.gpu import vars as gpu_vars
 
 if not gpu.available():
@@ -157,7 +157,7 @@ def test_no_gpu_and_no_simulator_gives_one_clear_error(monkeypatch):
     """Without a GPU or the simulator, nd.gpu(0) and run(device='gpu') fail at the call with one
     line naming gpu(0) and saying how to run under the simulator."""
     monkeypatch.setattr(gpu, "available", lambda: False)
-    monkeypatch.setattr(gpu_memory, "cuda", None)
+    monkeypatch.setattr(gpu_runtime, "cuda", None)
     with realexec.session() as nd:
         with pytest.raises(ValueError) as info:
             nd.gpu(0)

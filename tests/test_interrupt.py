@@ -161,13 +161,13 @@ def test_ctrl_c_in_the_cli_is_one_line_and_status_130():
         # compile the kernels first: a SIGINT that lands inside numba's first compilation (a
         # fresh clone has no cache) is raised in an llvmlite callback, which can crash the process
         warm.warmup()
-        real_run = cli._run
+        real_run = cli.run_one
 
         def announced(*args, **kwargs):
             print("ready", flush=True)
             return real_run(*args, **kwargs)
 
-        cli._run = announced
+        cli.run_one = announced
         sys.exit(cli.main(["run", "sync_vs_async_12_2", "--param", "n=1000000"]))
     """)
     status, out, err = interrupt(proc)

@@ -204,8 +204,9 @@ def test_convolution_as_im2col_and_matrix_product(dev, monkeypatch, dtype, kerne
     monkeypatch.setattr(gpu_im2col, "MIN_WINDOW", 1)
     x = uniform((3, 2, 7, 8), dtype, 31)
     w = uniform((4, 2, *kernel), dtype, 32)
-    window, pixels = 2 * kernel[0] * kernel[1], np.prod(reference(
-        "conv2d", (x[:1], w), {"stride": stride, "pad": pad}).shape[2:])
+    # an int, not numpy's: a real GPU's device_array refuses a numpy integer size
+    window, pixels = 2 * kernel[0] * kernel[1], int(np.prod(reference(
+        "conv2d", (x[:1], w), {"stride": stride, "pad": pad}).shape[2:]))
     monkeypatch.setattr(gpu_im2col, "SCRATCH_ELEMENTS", 2 * window * pixels)
     check(dev, "conv2d", (x, w), {"kernel": kernel, "stride": stride, "pad": pad})
 

@@ -13,26 +13,34 @@ wrong type names the parameter, an `--out`/`--chrome` that cannot be written is 
 any work starts, and an array too large for this machine names the op. Ctrl-C stops the command
 within a second (the engine drops its queued ops) and exits with status 130.
 
-`--quick` uses each scenario's tiny parameters (seconds instead of minutes). The profile "here" is
-this machine's, measured by `realexec.calibrate` (cached after the first run); "book" and
-"book-zh" come from the chapters' own tables; "ideal" has constant costs. GPU scenarios run for
-real only where a GPU is present; elsewhere they are predicted only, and say so.
+`--quick` uses each scenario's tiny parameters (seconds instead of minutes). GPU scenarios that
+this machine cannot run are marked by `list`, refused by `run` (unless NUMBA_ENABLE_CUDASIM=1
+runs them under the CUDA simulator) and predicted only by `compare` and `figures`, which say
+so. This module is the command line only: what each profile is, and the work each command
+does, are in `asyncsim.lab.jobs`.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
-import contextlib
-import io
+import os
 import sys
 from pathlib import Path
 
 from asyncsim.lab import scenarios
 from asyncsim.lab.checks import check_outputs, check_param
-from asyncsim.lab.compare import Row, compare, table
-from asyncsim.model.profile import Profile
-from asyncsim.model.simulate import simulate
+from asyncsim.lab.compare import table
+from asyncsim.lab.jobs import (
+    book_rows,
+    compare_one,
+    gpu_here,
+    load_profile,
+    predict_one,
+    run_one,
+    simulator_on,
+    summary_table,
+)
 
 
 def _literal(text: str):
@@ -62,69 +70,6 @@ def _params(sc, items: list[str]) -> dict:
     return given
 
 
-def gpu_here() -> bool:
-    """A real GPU (not the simulator) can run the GPU scenarios on this machine."""
-    from realexec.gpu import kernels as gpu
-
-    return gpu.available() and not gpu.on_simulator()
-
-
-def load_profile(spec: str, workers: int | None = None, sets: dict | None = None,
-                 quick: bool = False) -> Profile:
-    """A preset name, "here" (calibrated on this machine, cached) or a JSON file."""
-    if spec == "here":
-        from realexec.calibration.calibrate import calibrate
-
-        profile = calibrate(workers=workers, quick=quick)
-    elif spec in ("ideal", "book", "book-zh"):
-        profile = Profile.preset(spec)
-    elif Path(spec).is_file():
-        profile = Profile.load(spec)
-    else:
-        raise SystemExit(f"asyncsim: --profile must be ideal, book, book-zh, here or a JSON "
-                         f"file; {spec!r} is none of these")
-    return profile.replace(**sets) if sets else profile
-
-
-def _predict(sc, profile, params, mode="async", max_inflight=None):
-    gpus = max(profile.gpus, sc.num_gpus)
-    if gpus != profile.gpus:  # the book/ideal GPU count may be smaller than the scenario's
-        profile = profile.replace(gpus=gpus)
-    return simulate(sc.record(**params), profile, mode=mode, max_inflight=max_inflight)
-
-
-def _run(sc, params, workers=None, mode="async", max_inflight=None, warmup=False,
-         warmup_params=None):
-    """Run on the real engine. With `warmup`, a first run is thrown away (kernels compiled,
-    buffers cached, pages faulted in: costs the model does not have), with `warmup_params` if
-    given, and the measured one runs with Python's garbage collector paused, as `timeit` does."""
-    import gc
-
-    import realexec
-
-    # the scenarios name nd.gpu(i) themselves; arrays made without a ctx stay on the CPU
-    def once(kwargs=params):
-        return realexec.run(sc.workload, workers=workers, mode=mode,
-                            max_inflight=max_inflight, **kwargs)
-
-    if not warmup:
-        return once().from_first_event()
-    once(warmup_params or params)
-    gc.collect()
-    gc.disable()
-    try:
-        return once().from_first_event()
-    finally:
-        gc.enable()
-
-
-def _book_rows(sc, trace) -> str:
-    if not sc.book:
-        return ""
-    rows = [Row(label, trace.regions.get(label, 0.0), secs, "s") for label, secs in sc.book.items()]
-    return table(rows, f"against the book ({sc.book_source}); 'measured' is the book's number")
-
-
 def cmd_list(args) -> int:
     real = gpu_here()
     print(f"{'name':<26s} {'devices':<9s} {'section':<14s} description")
@@ -138,9 +83,9 @@ def cmd_predict(args) -> int:
     sc = scenarios.get(args.name)
     params = sc.kwargs(args.quick, **_params(sc, args.param))
     profile = load_profile(args.profile, args.workers, _pairs(args.set, "--set"), args.quick)
-    trace = _predict(sc, profile, params, args.mode, args.max_inflight)
+    trace = predict_one(sc, profile, params, args.mode, args.max_inflight)
     print(trace.summary())
-    book = _book_rows(sc, trace)
+    book = book_rows(sc, trace)
     if book:
         print("\n" + book)
     if args.chrome:
@@ -151,78 +96,18 @@ def cmd_predict(args) -> int:
 
 def cmd_run(args) -> int:
     sc = scenarios.get(args.name)
-    if sc.num_gpus and not gpu_here() and not _simulator_on():
+    if sc.num_gpus and not gpu_here() and not simulator_on():
         print(f"{sc.name} needs a GPU and this machine has none: use `asyncsim predict "
               f"{sc.name}`, or set NUMBA_ENABLE_CUDASIM=1 to run under the CUDA simulator "
               f"(with --quick sizes)", file=sys.stderr)
         return 2
     params = sc.kwargs(args.quick, measure=True, **_params(sc, args.param))
-    trace = _run(sc, params, args.workers, args.mode, args.max_inflight)
+    trace = run_one(sc, params, args.workers, args.mode, args.max_inflight)
     print(trace.summary())
     if args.chrome:
         trace.to_chrome(args.chrome)
         print(f"Chrome trace: {args.chrome} (open in https://ui.perfetto.dev)")
     return 0
-
-
-def _simulator_on() -> bool:
-    import os
-
-    return os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
-
-
-WARMUP_BATCHES = 10
-
-
-def _warmup_params(sc, profile, params, pred):
-    """The parameters of the thrown-away first run: a training loop's first WARMUP_BATCHES
-    batches when they reach the whole loop's peak memory (a blocker per batch: the same buffers
-    serve every batch, so the short run compiles and caches all that the long one uses);
-    otherwise, e.g. a loop whose backlog grows, the measured parameters themselves."""
-    if params.get("num_batches", 0) <= WARMUP_BATCHES:
-        return params
-    short = {**params, "num_batches": WARMUP_BATCHES}
-    peak = _predict(sc, profile, short).peak_bytes("cpu")
-    return short if peak >= 0.95 * pred.peak_bytes("cpu") else params
-
-
-def compare_one(sc, profile, out: Path | None, quick: bool, workers=None, progress=None,
-                formats=("png", "svg"), draw: bool = True):
-    """Predict and run one scenario; write its traces and (with `draw`) its figure in `formats`;
-    return (rows, pred, meas)."""
-    params = sc.kwargs(quick, measure=True)
-    # what the workload prints (its `print(z)` blockers) would bury the tables
-    with contextlib.redirect_stdout(io.StringIO()):
-        pred = _predict(sc, profile, params)
-        if sc.num_gpus and not gpu_here():
-            meas = None
-        else:
-            warm = _warmup_params(sc, profile, params, pred)
-            meas = _run(sc, params, workers=workers, warmup=True, warmup_params=warm)
-    rows = [] if meas is None else [r for r in compare(pred, meas)
-                                    if r.name not in sc.measured_only]
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "traces").mkdir(exist_ok=True)
-        pred.to_chrome(out / "traces" / f"{sc.name}.predicted.json")
-        if meas is not None:
-            meas.to_chrome(out / "traces" / f"{sc.name}.measured.json")
-        if draw:
-            draw_one(sc, profile, pred, meas, out, formats)
-    return rows, pred, meas
-
-
-def draw_one(sc, profile, pred, meas, out: Path, formats=("png", "svg")) -> list[Path]:
-    """The scenario's figure: predicted and measured timelines side by side, or the prediction
-    alone (`meas` None: no GPU here); the paths written."""
-    from asyncsim.lab import plot
-
-    if meas is not None:
-        fig = plot.side_by_side(pred, meas, title=f"{sc.name} (d2l {sc.section.split()[0]})")
-    else:
-        fig = plot.timeline(pred, title=f"{sc.name} (predicted only: no GPU here, "
-                                        f"profile {profile.name})")
-    return plot.save(fig, out / sc.name, formats)
 
 
 def _compare_names(args) -> list[str]:
@@ -253,25 +138,6 @@ def cmd_compare(args) -> int:
     if len(summary) > 1:
         print("\n" + summary_table(summary))
     return 0
-
-
-def summary_table(summary) -> str:
-    """One line per scenario: total and peak-memory error; median and max of the total error."""
-    import numpy as np
-
-    lines = [f"{'scenario':<26s} {'total pred':>12s} {'total meas':>12s} {'error':>8s} "
-             f"{'peak error':>10s}"]
-    errs = []
-    for name, rows in summary:
-        total = next(r for r in rows if r.name == "total")
-        peak = next((r for r in rows if r.name == "peak cpu"), None)
-        errs.append(abs(total.error))
-        peak_err = f"{peak.error:+10.1%}" if peak and peak.error == peak.error else "       n/a"
-        lines.append(f"{name:<26s} {total.predicted * 1e3:10.2f}ms {total.measured * 1e3:10.2f}ms "
-                     f"{total.error:+8.1%} {peak_err}")
-    lines.append(f"total-time error over {len(errs)} scenarios: median {np.median(errs):.1%}, "
-                 f"max {np.max(errs):.1%}")
-    return "\n".join(lines)
 
 
 def cmd_calibrate(args) -> int:
@@ -361,7 +227,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         check_outputs(args)
-        return COMMANDS[args.command](args)
+        status = COMMANDS[args.command](args)
+        sys.stdout.flush()  # a closed pipe fails here, inside the handlers, not at exit
+        return status
+    except BrokenPipeError:  # `asyncsim list | head`: the reader left; stop quietly, as cat does
+        # stdout to /dev/null first, or Python reports the pipe again when it flushes at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE: what a shell reports for a writer the pipe ended
     except KeyboardInterrupt:
         print(f"asyncsim {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from asyncsim.lab import booktable, scenarios
 from asyncsim.lab.compare import table
+from asyncsim.lab.jobs import compare_one, draw_one, gpu_here, summary_table
 from asyncsim.model.profile import Profile
 
 
@@ -41,7 +42,6 @@ def _book_preset(sc) -> Profile:
 def make_all(out: Path, quick: bool = False, workers: int | None = None) -> None:
     from tqdm import tqdm
 
-    from asyncsim.lab.cli import compare_one, gpu_here, summary_table
     from realexec.calibration.calibrate import calibrate
 
     started = time.perf_counter()
@@ -89,23 +89,19 @@ _JOBS: list = []  # the figures forked drawing processes draw: inherited, never 
 
 
 def _draw(index: int) -> None:
-    from asyncsim.lab.cli import draw_one
-
     draw_one(*_JOBS[index])
 
 
 def draw_all(jobs: list, then=None):
-    """Draw every job's figure (`cli.draw_one`'s arguments) once the runs are over, since a
-    figure drawn beside a run would slow what it measures: in forked processes, one per core,
-    on Linux (one by one elsewhere, or on one core), while `then()` runs here; its value.
-    Drawing is matplotlib's Python, some 0.5 s a figure: two cores halve it."""
+    """Draw every job's figure (`asyncsim.lab.jobs.draw_one`'s arguments) once the runs are
+    over, since a figure drawn beside a run would slow what it measures: in forked processes,
+    one per core, on Linux (one by one elsewhere, or on one core), while `then()` runs here; its
+    value. Drawing is matplotlib's Python, some 0.5 s a figure: two cores halve it."""
     from tqdm import tqdm
 
     global _JOBS
     cores = os.cpu_count() or 1
     if cores < 2 or sys.platform != "linux":
-        from asyncsim.lab.cli import draw_one
-
         for job in tqdm(jobs, desc="figures", file=sys.stderr):
             draw_one(*job)
         return then() if then is not None else None

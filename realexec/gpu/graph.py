@@ -30,7 +30,7 @@ from typing import NamedTuple
 import numpy as np
 
 from asyncsim.nd.ops import INPLACE
-from realexec.gpu.memory import cuda, on_simulator
+from realexec.gpu.runtime import cuda, on_simulator
 
 
 class Step(NamedTuple):

@@ -32,7 +32,8 @@ The ops of training and CNNs have kernels in modules of their own, merged into G
 (convolution, pooling), `norm` (softmax family, cross-entropy, batch norm) and `graph` (a
 hybridized block's ops in order on one stream); `equal` and `broadcast_to` are here.
 Kernels must be launched with the stream's device current (`device_context(i)`). Devices,
-pools, copies and events live in `memory` and are re-exported here: the engine imports this.
+copies and events live in `runtime`, pools in `memory`; both are re-exported here: the engine
+imports this.
 """
 
 from __future__ import annotations
@@ -79,15 +80,17 @@ from realexec.gpu.memory import (  # noqa: F401 -- re-exported: the engine's one
     DevicePool,
     PerStream,
     PinnedPool,
+    device_pointer,
+    size_class,
+)
+from realexec.gpu.runtime import (  # noqa: F401 -- re-exported: the engine's one import
     available,
     cuda,
     device_context,
     device_error,
-    device_pointer,
     lane_context,
     on_simulator,
     record_event,
-    size_class,
     to_device,
     to_host,
     wait_event,

@@ -19,7 +19,7 @@ from math import prod
 
 import numpy as np
 
-from realexec.gpu.memory import cuda, device_error, on_simulator
+from realexec.gpu.runtime import cuda, device_error, on_simulator
 
 if cuda is not None:
     from numba.cuda import float64

@@ -30,7 +30,7 @@ import warnings
 import numpy as np
 
 from realexec.gpu.launch import THREADS, jit, lane_sum
-from realexec.gpu.memory import cuda
+from realexec.gpu.runtime import cuda
 
 if cuda is not None:
     from numba.cuda import float64, uint64

@@ -22,7 +22,7 @@ an H100's (benchmarks/gpu.py).
 from __future__ import annotations
 
 from realexec.gpu.launch import PART_BLOCKS, SCRATCH, jit, launch
-from realexec.gpu.memory import cuda, on_simulator
+from realexec.gpu.runtime import cuda, on_simulator
 
 if cuda is not None:
     from numba.cuda import uint64

@@ -20,8 +20,9 @@ the check inside its own workload; the question gives its signature.
 The registry is built from the modules in `_MODULES`, each with a list `EXERCISES` of
 `Exercise`s (see `base.py`): a chapter's exercises are added as one module, each exercise as one
 entry. Modules: `hybridize` (8.1), `async_compute` (12.2-1, 12.2-4), `minibatches` (12.2-2,
-12.2-3), `auto_parallel` (8.3), `multi_device_scaling` (8.4-1, 8.4-2, 8.5), `multi_device`
-(8.4-3, 8.4-4), `pytorch` (the PyTorch page).
+12.2-3), `auto_parallel` (8.3), `multi_device_scaling` (8.4-2, 8.5), `multi_device` (8.4-1, and
+the functions the 8.4 and 8.5 modules share), `multi_device_allreduce` (8.4-3),
+`multi_device_accuracy` (8.4-4), `pytorch` (the PyTorch page).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from asyncsim.lab.exercises import (
     hybridize,
     minibatches,
     multi_device,
+    multi_device_accuracy,
+    multi_device_allreduce,
     multi_device_scaling,
     pytorch,
 )
@@ -48,7 +51,7 @@ __all__ = ["EXERCISES", "Exercise", "OpenQuestionError", "Result", "UnknownExerc
            "WorkedAnswer", "check", "get", "list", "reference"]
 
 _MODULES = (hybridize, async_compute, minibatches, auto_parallel, multi_device_scaling,
-            multi_device, pytorch)
+            multi_device, multi_device_allreduce, multi_device_accuracy, pytorch)
 
 
 def _collect() -> tuple[dict[str, Exercise], dict[str, str]]:

@@ -1,6 +1,7 @@
 """The open question of 8.4 and both exercises of 8.5, about the number and kind of devices:
 the English d2l 12.5's second and 12.6's two (the Chinese 8.4 and 8.5 print none). The graded
-ones of 8.4 are in `multi_device`, whose shared functions these use. Predictions are for the
+ones of 8.4 are in `multi_device` (8.4-1, with the shared functions these use),
+`multi_device_allreduce` (8.4-3) and `multi_device_accuracy` (8.4-4). Predictions are for the
 book's GPU machine (preset 'book-gpu', with as many GPUs as asked).
 
 - 8.4-2 (open): learning rates against the number of GPUs; the demonstration trains 3.2's linear
