@@ -199,7 +199,8 @@ def test_convolution_as_im2col_and_matrix_product(dev, monkeypatch, dtype, kerne
     """The im2col path (forced here: the simulator's sizes are below its thresholds) equals the
     reference, with the batch cut in chunks of two images and one (a chunk of two spans two
     or more tiles: the tiled kernel; the first geometry's last chunk, one tile: the small
-    kernel)."""
+    kernel); and so does the weight gradient by the same chunks, each chunk's product added
+    into the first's."""
     monkeypatch.setattr(gpu_im2col, "MIN_FILTERS", 1)
     monkeypatch.setattr(gpu_im2col, "MIN_WINDOW", 1)
     x = uniform((3, 2, 7, 8), dtype, 31)
@@ -208,7 +209,10 @@ def test_convolution_as_im2col_and_matrix_product(dev, monkeypatch, dtype, kerne
     window, pixels = 2 * kernel[0] * kernel[1], int(np.prod(reference(
         "conv2d", (x[:1], w), {"stride": stride, "pad": pad}).shape[2:]))
     monkeypatch.setattr(gpu_im2col, "SCRATCH_ELEMENTS", 2 * window * pixels)
-    check(dev, "conv2d", (x, w), {"kernel": kernel, "stride": stride, "pad": pad})
+    geo = {"kernel": kernel, "stride": stride, "pad": pad}
+    y = check(dev, "conv2d", (x, w), geo)
+    g = uniform(y.shape, dtype, 33)
+    check(dev, "conv2d_grad_weight", (x, g), {**geo, "weight_shape": w.shape})
 
 
 def test_im2col_is_for_large_layers():

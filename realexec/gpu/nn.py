@@ -206,7 +206,9 @@ def _conv2d_grad_data(inputs, out, attrs, stream):
 
 def _conv2d_grad_weight(inputs, out, attrs, stream):
     x, g = inputs
-    if out.size:
+    if out.size and im2col.worth_it(out.shape[0], out.size // max(out.shape[0], 1)):
+        im2col.conv2d_grad_weight_gemm(x, g, out, _geometry(attrs), stream)
+    elif out.size:
         grid, alone = split_rows(out.size, x.shape[0] * g.shape[2] * g.shape[3])
         launch(_conv2d_grad_weight_kernel, grid, THREADS, stream, x, g, out, *_geometry(attrs),
                alone)
