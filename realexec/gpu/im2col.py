@@ -75,28 +75,32 @@ def _accumulate_kernel(total, part):
         total[e // width, e % width] += part[e // width, e % width]
 
 
-def _chunk(n_: int, window: int, pixels: int) -> int:
-    """Images per chunk: as many as keep `cols` (window x nb * pixels) under SCRATCH_ELEMENTS."""
-    return max(1, min(n_, SCRATCH_ELEMENTS // max(window * pixels, 1)))
+def _im2col_chunks(x, kernel, out_hw, geometry, stream, dtype):
+    """(first image, cols) per chunk of x's images, each chunk's im2col enqueued on `stream`
+    into scratch slot 2: cols is (C*kh*kw, nb*Ho*Wo), a column per window, for as many images
+    as keep it under SCRATCH_ELEMENTS. The caller enqueues its use of cols before asking for
+    the next chunk (stream order keeps the slot's reuse safe)."""
+    n_, c_ = x.shape[0], x.shape[1]
+    (kh, kw), (ho_, wo_) = kernel, out_hw
+    window, pixels = c_ * kh * kw, ho_ * wo_
+    chunk = max(1, min(n_, SCRATCH_ELEMENTS // max(window * pixels, 1)))
+    zero = dtype.type(0)
+    for n0 in range(0, n_, chunk):
+        cols = SCRATCH.view(stream, 2, (window, min(chunk, n_ - n0) * pixels), dtype)
+        launch(_im2col_kernel, blocks(cols.size, MAX_BLOCKS), THREADS, stream,
+               x, cols, n0, *geometry, kh, kw, ho_, wo_, zero)
+        yield n0, cols
 
 
 def conv2d_gemm(x, w, out, geometry, stream) -> None:
     """Enqueue out = conv2d(x, w) (geometry: sh, sw, ph, pw) by chunks of images."""
-    n_, c_ = x.shape[0], x.shape[1]
-    f_, kh, kw = w.shape[0], w.shape[2], w.shape[3]
-    ho_, wo_ = out.shape[2], out.shape[3]
-    window, pixels = c_ * kh * kw, ho_ * wo_
-    chunk = _chunk(n_, window, pixels)
-    weight = w.reshape(f_, window)
-    out3 = out.reshape(n_, f_, pixels)
+    n_, f_ = x.shape[0], w.shape[0]
+    weight = w.reshape(f_, w.size // f_)
+    out3 = out.reshape(n_, f_, out.shape[2] * out.shape[3])
     zero = out.dtype.type(0)
-    for n0 in range(0, n_, chunk):
-        nb = min(chunk, n_ - n0)
-        cols = SCRATCH.view(stream, 2, (window, nb * pixels), out.dtype)
-        product = SCRATCH.view(stream, 3, (f_, nb * pixels), out.dtype)
-        launch(_im2col_kernel, blocks(cols.size, MAX_BLOCKS), THREADS, stream,
-               x, cols, n0, *geometry, kh, kw, ho_, wo_, zero)
-        kernel, grid, block = matmul_launch(f_, nb * pixels)
+    for n0, cols in _im2col_chunks(x, w.shape[2:], out.shape[2:], geometry, stream, out.dtype):
+        product = SCRATCH.view(stream, 3, (f_, cols.shape[1]), out.dtype)
+        kernel, grid, block = matmul_launch(f_, cols.shape[1])
         launch(kernel, grid, block, stream, weight, cols, product, zero)
         launch(_permute_kernel, blocks(product.size, MAX_BLOCKS), THREADS, stream,
                product, out3, n0)
@@ -109,23 +113,15 @@ def conv2d_grad_weight_gemm(x, g, dw, geometry, stream) -> None:
     element in one block: 64 ms a layer of 8.5's ResNet-18 at batch 256 on an H200, against
     1.6 ms for the forward). Scratch: cols in slot 2, g's chunk in 3, cols^T in 0 (`transposed`),
     a later chunk's product in 1, added into dw."""
-    n_, c_ = x.shape[0], x.shape[1]
-    f_, kh, kw = dw.shape[0], dw.shape[2], dw.shape[3]
-    ho_, wo_ = g.shape[2], g.shape[3]
-    window, pixels = c_ * kh * kw, ho_ * wo_
-    chunk = _chunk(n_, window, pixels)
-    g3 = g.reshape(n_, f_, pixels)
-    dw2 = dw.reshape(f_, window)
+    n_, f_ = x.shape[0], dw.shape[0]
+    g3 = g.reshape(n_, f_, g.shape[2] * g.shape[3])
+    dw2 = dw.reshape(f_, dw.size // f_)
     zero = dw.dtype.type(0)
-    kernel, grid, block = matmul_launch(f_, window)
-    for n0 in range(0, n_, chunk):
-        nb = min(chunk, n_ - n0)
-        cols = SCRATCH.view(stream, 2, (window, nb * pixels), dw.dtype)
-        gmat = SCRATCH.view(stream, 3, (f_, nb * pixels), dw.dtype)
-        launch(_im2col_kernel, blocks(cols.size, MAX_BLOCKS), THREADS, stream,
-               x, cols, n0, *geometry, kh, kw, ho_, wo_, zero)
+    kernel, grid, block = matmul_launch(*dw2.shape)
+    for n0, cols in _im2col_chunks(x, dw.shape[2:], g.shape[2:], geometry, stream, dw.dtype):
+        gmat = SCRATCH.view(stream, 3, (f_, cols.shape[1]), dw.dtype)
         launch(_gather_kernel, blocks(gmat.size, MAX_BLOCKS), THREADS, stream, g3, gmat, n0)
-        target = dw2 if n0 == 0 else SCRATCH.view(stream, 1, (f_, window), dw.dtype)
+        target = dw2 if n0 == 0 else SCRATCH.view(stream, 1, dw2.shape, dw.dtype)
         launch(kernel, grid, block, stream, gmat, transposed(cols, stream, 0), target, zero)
         if n0:
             launch(_accumulate_kernel, blocks(dw2.size, MAX_BLOCKS), THREADS, stream,
