@@ -23,6 +23,7 @@ from nn_reference import reference  # noqa: E402
 from asyncsim.nd import ops  # noqa: E402
 from realexec.gpu import graph as gpu_graph  # noqa: E402
 from realexec.gpu import im2col as gpu_im2col  # noqa: E402
+from realexec.gpu import launch as gpu_launch  # noqa: E402
 from realexec.gpu import matmul as gpu_matmul  # noqa: E402
 
 pytestmark = pytest.mark.cudasim
@@ -131,10 +132,15 @@ def test_sum_axis_like_numpy(dev, dtype, shape, keepdims, data):
 
 
 @pytest.mark.parametrize("shape,axis", [((40, 3), (0,)), ((2, 36, 2), (0, 2)), ((8, 2, 5), (0, 2)),
-                                        ((3, 0), (1,))])
-def test_sum_axis_long_and_empty(dev, shape, axis):
+                                        ((4, 3, 11), (0, 2)), ((3, 0), (1,))])
+@pytest.mark.parametrize("split", [False, True])
+def test_sum_axis_long_and_empty(dev, monkeypatch, shape, axis, split):
     """Long sums (more terms than a block's threads, over separated axes) and sums of no terms
-    (zeros)."""
+    (zeros); with `split` (forced at these sizes), the few long outputs cut in parts, a block
+    each, and their partial sums added."""
+    if split:
+        monkeypatch.setattr(gpu_launch, "TARGET_BLOCKS", 12)
+        monkeypatch.setattr(gpu_launch, "PART_ELEMENTS", 5)
     check(dev, "sum_axis", (uniform(shape, "float32", 7),), {"axis": axis, "keepdims": False})
 
 
@@ -213,6 +219,7 @@ def test_convolution_as_im2col_and_matrix_product(dev, monkeypatch, dtype, kerne
     y = check(dev, "conv2d", (x, w), geo)
     g = uniform(y.shape, dtype, 33)
     check(dev, "conv2d_grad_weight", (x, g), {**geo, "weight_shape": w.shape})
+    check(dev, "conv2d_grad_data", (g, w), {**geo, "data_shape": x.shape})
 
 
 def test_im2col_is_for_large_layers():
@@ -270,12 +277,16 @@ def test_softmax_cross_entropy_with_a_bad_label_gives_nan(dev):
     assert np.isnan(grad[1:]).all() and np.isfinite(grad[0]).all()
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype,split", [(d, False) for d in DTYPES] + [(DTYPES[0], True)])
 @pytest.mark.parametrize("shape", [(2, 3, 2, 3), (40, 2), (2, 5)])
-def test_batch_norm_family(dev, dtype, shape):
+def test_batch_norm_family(dev, monkeypatch, dtype, shape, split):
     """batch_norm, its gradients, batch_norm_infer and bn_update (mean and var, in place) equal
-    the references, for images and for (N, C) features, with channels shorter than a block (a
-    thread each) and longer (a block each)."""
+    the references, for images and for (N, C) features, with channels shorter and longer than
+    a block, each channel a block or (split: the GPU's many values per channel, forced at these
+    sizes) cut in parts, the last one shorter."""
+    if split:
+        monkeypatch.setattr(gpu_launch, "TARGET_BLOCKS", 12)
+        monkeypatch.setattr(gpu_launch, "PART_ELEMENTS", 3)
     x = uniform(shape, dtype, 21, -3, 5)
     channels = (shape[1],)
     gamma, beta = uniform(channels, dtype, 22), uniform(channels, dtype, 23)

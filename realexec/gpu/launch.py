@@ -81,6 +81,18 @@ def split_rows(rows: int, length: int) -> tuple[int, bool]:
     return (blocks(rows, MAX_BLOCKS) if alone else row_blocks(rows)), alone
 
 
+# A reduction of few rows of many values (a batch norm's channels, a bias gradient's outputs)
+# would leave most of the GPU idle with a block per row: each row is cut in parts, a block each,
+# aiming at TARGET_BLOCKS blocks in all, each part at least PART_ELEMENTS long.
+TARGET_BLOCKS = PART_BLOCKS
+PART_ELEMENTS = 4096
+
+
+def parts_of(rows: int, length: int) -> int:
+    """Parts to cut each of `rows` rows of `length` values into (1: a block per row)."""
+    return max(1, min(TARGET_BLOCKS // max(rows, 1), length // PART_ELEMENTS))
+
+
 @jit(device=True, cache=True)
 def lanes_of(alone):
     """(first row, row step, first position, position step) of this thread."""

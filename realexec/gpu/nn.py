@@ -3,12 +3,12 @@
 
 Same contract as `realexec.gpu.kernels`: `KERNELS[op](inputs, out, attrs, stream)` enqueues op
 on stream; arrays are 4-d C-contiguous (N, C, H, W) device arrays of float32 or float64, and
-kernels compile once per dtype on first use. All but one are direct, for correctness first:
+kernels compile once per dtype on first use. The direct kernels, written for correctness first:
 - conv2d, conv2d_grad_data, pool2d: one output element per thread (grid-stride), summing its
   window in the arrays' dtype (as `dot` does); the data gradient *gathers* from every output
   position whose window covers the element, so no atomics and the result is deterministic.
-  A conv2d with many filters and a long window (`im2col.worth_it`) is instead im2col + the
-  tiled matrix product (`realexec.gpu.im2col`);
+  A convolution with many filters and a long window (`im2col.worth_it`) runs instead, in all
+  three directions, as im2col (or col2im) and the tiled matrix product (`realexec.gpu.im2col`);
 - conv2d_grad_weight: one block per weight element, its threads taking the (n, ho, wo)
   positions in turn, summed in float64 through a shared-memory tree (the sums are long:
   N * Ho * Wo terms; under THREADS terms, one thread per weight element instead);
@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 
 from realexec.gpu import im2col
+from realexec.gpu.im2col import covering as _covering
+from realexec.gpu.im2col import nchw as _nchw
 from realexec.gpu.launch import (
     MAX_BLOCKS,
     THREADS,
@@ -60,26 +62,13 @@ def _conv2d_kernel(x, w, out, sh, sw, ph, pw, zero):
         out[n, f, ho, wo] = acc
 
 
-@jit(device=True, cache=True)
-def _covering(pos, pad, k, stride, count):
-    """(first, last + 1) of the output positions along one axis whose window covers input
-    position `pos`: o * stride - pad <= pos <= o * stride - pad + k - 1, 0 <= o < count."""
-    lo = pos + pad - k + 1
-    first = 0 if lo <= 0 else (lo + stride - 1) // stride
-    last = min((pos + pad) // stride, count - 1)
-    return first, last + 1
-
-
 @jit(cache=True)
 def _conv2d_grad_data_kernel(g, w, dx, sh, sw, ph, pw, zero):
     n_, c_, h_, w_ = dx.shape
     f_, ho_, wo_ = g.shape[1], g.shape[2], g.shape[3]
     kh, kw = w.shape[2], w.shape[3]
     for e in range(cuda.grid(1), n_ * c_ * h_ * w_, cuda.gridsize(1)):
-        col = e % w_
-        h = (e // w_) % h_
-        c = (e // (w_ * h_)) % c_
-        n = e // (w_ * h_ * c_)
+        n, c, h, col = _nchw(e, c_, h_, w_)
         ho0, ho1 = _covering(h, ph, kh, sh, ho_)
         wo0, wo1 = _covering(col, pw, kw, sw, wo_)
         acc = zero
@@ -163,10 +152,7 @@ def _pool2d_grad_kernel(x, g, dx, kh, kw, sh, sw, ph, pw, is_max):
     n_, c_, h_, w_ = dx.shape
     ho_, wo_ = g.shape[2], g.shape[3]
     for e in range(cuda.grid(1), n_ * c_ * h_ * w_, cuda.gridsize(1)):
-        col = e % w_
-        h = (e // w_) % h_
-        c = (e // (w_ * h_)) % c_
-        n = e // (w_ * h_ * c_)
+        n, c, h, col = _nchw(e, c_, h_, w_)
         ho0, ho1 = _covering(h, ph, kh, sh, ho_)
         wo0, wo1 = _covering(col, pw, kw, sw, wo_)
         acc = 0.0
@@ -199,7 +185,9 @@ def _conv2d(inputs, out, attrs, stream):
 
 def _conv2d_grad_data(inputs, out, attrs, stream):
     g, w = inputs
-    if out.size:
+    if out.size and im2col.worth_it(w.shape[0], w.size // max(w.shape[0], 1)):
+        im2col.conv2d_grad_data_gemm(g, w, out, _geometry(attrs), stream)
+    elif out.size:
         launch(_conv2d_grad_data_kernel, blocks(out.size, MAX_BLOCKS), THREADS, stream,
                g, w, out, *_geometry(attrs), out.dtype.type(0))
 

@@ -5,10 +5,13 @@ norm, forward and backward (`KERNELS`, merged into `GPU_KERNELS`), with the sema
 Same contract as `realexec.gpu.kernels`: `KERNELS[op](inputs, out, attrs, stream)` enqueues op
 on stream; arrays are C-contiguous device arrays of float32 or float64, and kernels compile
 once per dtype on first use. Each op reduces along rows (the softmax axis) or channels (axis 1
-of a batch norm), so a block takes one row or channel at a time: its threads stride along it,
-and block-wide shared-memory trees give the max and the sums, in float64 for both dtypes; rows
-shorter than a block go one per thread instead (`launch.lanes_of`). One kernel serves each
-family, the op picked by a mode (a uniform branch).
+of a batch norm). A softmax's block takes one row at a time: its threads stride along it, and
+block-wide shared-memory trees give the max and the sums, in float64 for both dtypes; rows
+shorter than a block go one per thread instead (`launch.lanes_of`). A batch norm has few
+channels of many values, so a block takes one part of a channel, and the op runs in stages
+(one launch each: the stream orders them): each part's sums into a float64 scratch, then the
+channel's totals, summed in part order so the result is deterministic, used by the next stage.
+One kernel serves each family, the op picked by a mode (a uniform branch).
 
 A row of a softmax along `axis` of shape s is the positions j * inner (j < s[axis]) from a base;
 rows are numbered over (outer, inner). A channel c of x (N, C, ...) holds N * inner values
@@ -26,8 +29,11 @@ from __future__ import annotations
 import math
 from math import prod
 
+import numpy as np
+
 from realexec.gpu.launch import (
     MAX_BLOCKS,
+    SCRATCH,
     THREADS,
     blocks,
     cuda,
@@ -38,11 +44,17 @@ from realexec.gpu.launch import (
     lane_sum,
     lanes_of,
     launch,
+    parts_of,
     split_rows,
 )
 
 SOFTMAX, LOG_SOFTMAX, SOFTMAX_GRAD, LOG_SOFTMAX_GRAD, CE, CE_GRAD = range(6)
 NORMALISE, GRAD, GRAD_GAMMA, UPDATE_MEAN, UPDATE_VAR = range(5)
+SUMS, DEVIATIONS, GRADS, APPLY = range(4)  # the stages of a batch norm op (`_channel_stage`)
+STAGES = {UPDATE_MEAN: (SUMS, APPLY), UPDATE_VAR: (SUMS, DEVIATIONS, APPLY),
+          NORMALISE: (SUMS, DEVIATIONS, APPLY), GRAD_GAMMA: (SUMS, DEVIATIONS, GRADS, APPLY),
+          GRAD: (SUMS, DEVIATIONS, GRADS, APPLY)}
+F64 = np.dtype(np.float64)
 
 
 @jit(cache=True)
@@ -99,56 +111,90 @@ def _row_kernel(a, b, c, out, length, inner, mode, alone):
                     out[base + j] = math.nan if bad else (p - hot) * scale
 
 
+@jit(device=True, cache=True)
+def _total(stats, k, ch, parts):
+    """Sum of statistic k of channel ch over its parts, in part order (deterministic)."""
+    acc = 0.0
+    for part in range(parts):
+        acc += stats[k, ch, part]
+    return acc
+
+
 @jit(cache=True)
-def _channel_kernel(x, g, gamma, beta, out, channels, inner, eps, momentum, mode, alone):
-    """Channels as rows (see `launch.lanes_of`): a channel's mean and biased variance, then by
+def _channel_stage(x, g, gamma, beta, out, stats, channels, inner, parts, eps, momentum, mode,
+                   stage):
+    """One stage of a batch norm op. Block b takes part b % parts of channel b // parts (a run
+    of its N * inner values); `stats` (4, channels, parts), float64, holds each part's sums:
+    SUMS of x (0), then DEVIATIONS, the squared deviations from the channel's mean (1), then
+    GRADS, the sums of g and of g * x normalised (2, 3). APPLY uses the channels' totals: by
     mode NORMALISE (out = x normalised, scaled by gamma, shifted by beta), GRAD (out = x's
     gradient, g: the output's), GRAD_GAMMA (out[c] = sum of g * x normalised),
     UPDATE_MEAN / UPDATE_VAR (out[c], the running statistic, moves towards the batch's)."""
     buf = cuda.shared.array(THREADS, float64)
-    first, step, lane, lanes = lanes_of(alone)
+    lane = cuda.threadIdx.x
     count = x.shape[0] // channels
-    for ch in range(first, channels, step):
-        acc = 0.0
-        for e in range(lane, count, lanes):
-            acc += float64(x[((e // inner) * channels + ch) * inner + e % inner])
-        mean = lane_sum(buf, lane, acc, alone) / count
-        if mode == UPDATE_MEAN:
+    span = (count + parts - 1) // parts
+    for b in range(cuda.blockIdx.x, channels * parts, cuda.gridDim.x):
+        ch, part = b // parts, b % parts
+        lo, hi = part * span, min(count, part * span + span)
+        if stage == SUMS:
+            acc = 0.0
+            for e in range(lo + lane, hi, THREADS):
+                acc += float64(x[((e // inner) * channels + ch) * inner + e % inner])
+            acc = lane_sum(buf, lane, acc, False)
             if lane == 0:
+                stats[0, ch, part] = acc
+            continue
+        mean = _total(stats, 0, ch, parts) / count
+        if stage == DEVIATIONS:
+            acc = 0.0
+            for e in range(lo + lane, hi, THREADS):
+                d = float64(x[((e // inner) * channels + ch) * inner + e % inner]) - mean
+                acc += d * d
+            acc = lane_sum(buf, lane, acc, False)
+            if lane == 0:
+                stats[1, ch, part] = acc
+            continue
+        first = part == 0 and lane == 0  # the one thread that writes a per-channel output
+        if mode == UPDATE_MEAN:
+            if first:
                 out[ch] = momentum * float64(out[ch]) + (1.0 - momentum) * mean
             continue
-        acc = 0.0
-        for e in range(lane, count, lanes):
-            d = float64(x[((e // inner) * channels + ch) * inner + e % inner]) - mean
-            acc += d * d
-        var = lane_sum(buf, lane, acc, alone) / count
+        var = _total(stats, 1, ch, parts) / count
         if mode == UPDATE_VAR:
-            if lane == 0:
+            if first:
                 out[ch] = momentum * float64(out[ch]) + (1.0 - momentum) * var
             continue
         inv = 1.0 / math.sqrt(var + eps)
+        if stage == GRADS:
+            sum_g = 0.0
+            sum_gx = 0.0
+            for e in range(lo + lane, hi, THREADS):
+                at = ((e // inner) * channels + ch) * inner + e % inner
+                gv = float64(g[at])
+                sum_g += gv
+                sum_gx += gv * (float64(x[at]) - mean) * inv
+            sum_g = lane_sum(buf, lane, sum_g, False)
+            sum_gx = lane_sum(buf, lane, sum_gx, False)
+            if lane == 0:
+                stats[2, ch, part] = sum_g
+                stats[3, ch, part] = sum_gx
+            continue
         if mode == NORMALISE:
             scale, shift = float64(gamma[ch]) * inv, float64(beta[ch])
-            for e in range(lane, count, lanes):
+            for e in range(lo + lane, hi, THREADS):
                 at = ((e // inner) * channels + ch) * inner + e % inner
                 out[at] = (float64(x[at]) - mean) * scale + shift
             continue
-        sum_g = 0.0
-        sum_gx = 0.0
-        for e in range(lane, count, lanes):
-            at = ((e // inner) * channels + ch) * inner + e % inner
-            gv = float64(g[at])
-            sum_g += gv
-            sum_gx += gv * (float64(x[at]) - mean) * inv
-        sum_gx = lane_sum(buf, lane, sum_gx, alone)
+        sum_gx = _total(stats, 3, ch, parts)
         if mode == GRAD_GAMMA:
-            if lane == 0:
+            if first:
                 out[ch] = sum_gx
             continue
-        mean_g = lane_sum(buf, lane, sum_g, alone) / count
+        mean_g = _total(stats, 2, ch, parts) / count
         mean_gx = sum_gx / count
         scale = float64(gamma[ch]) * inv
-        for e in range(lane, count, lanes):
+        for e in range(lo + lane, hi, THREADS):
             at = ((e // inner) * channels + ch) * inner + e % inner
             xhat = (float64(x[at]) - mean) * inv
             out[at] = scale * (float64(g[at]) - mean_g - xhat * mean_gx)
@@ -201,10 +247,17 @@ def _channels(mode):
             return  # no values: out is empty, or (bn_update, grad_gamma) left as it is
         channels = x.shape[1]
         inner = prod(x.shape[2:])
-        grid, alone = split_rows(channels, x.size // channels)
-        launch(_channel_kernel, grid, THREADS, stream,
-               flat(x), *(flat(p) for p in params), flat(out), channels, inner,
-               float(attrs.get("eps", 0.0)), float(attrs.get("momentum", 0.0)), mode, alone)
+        count = x.size // channels
+        # enough blocks to fill the GPU: a channel of many values is cut in parts (8.5's first
+        # stage: 64 channels of 200,000 values each, which a block apiece ran 4-5x slower than
+        # the bytes allow on an H200)
+        parts = parts_of(channels, count)
+        stats = SCRATCH.view(stream, 0, (4, channels, parts), F64)
+        grid = min(channels * parts, MAX_BLOCKS)
+        args = (flat(x), *(flat(p) for p in params), flat(out), stats, channels, inner, parts,
+                float(attrs.get("eps", 0.0)), float(attrs.get("momentum", 0.0)), mode)
+        for stage in STAGES[mode]:
+            launch(_channel_stage, grid, THREADS, stream, *args, stage)
     return run
 
 

@@ -9,7 +9,8 @@ each kernel compiles once per dtype, on first use. Choices:
 - sum_axis accumulates in float64. The input's dims are merged into runs of kept and of summed
   dims (at most 4 of each after merging); with many terms per output a block sums each output
   through a shared-memory tree, with few (under THREADS) a thread sums one output alone
-  (`launch.lanes_of`);
+  (`launch.lanes_of`); few outputs of very many terms (a convolution's bias gradient) are cut
+  in parts (`launch.parts_of`), a block each, and the parts' float64 sums added in order;
 - argmax scans its axis with one thread per output (axes are short: classes of a batch),
   keeping the first largest value, as numpy; indices come out as floats, as in MXNet.
 Units: elements.
@@ -20,8 +21,11 @@ from __future__ import annotations
 import math
 from math import prod
 
+import numpy as np
+
 from realexec.gpu.launch import (
     MAX_BLOCKS,
+    SCRATCH,
     THREADS,
     blocks,
     cuda,
@@ -31,11 +35,13 @@ from realexec.gpu.launch import (
     lane_sum,
     lanes_of,
     launch,
+    parts_of,
     split_rows,
 )
 
 SIGMOID, TANH, CAST = range(3)
 MAX_DIMS = 4  # kept (and summed) runs of dims a sum_axis kernel takes after merging
+F64 = np.dtype(np.float64)
 
 
 @jit(cache=True)
@@ -90,6 +96,23 @@ def _sum_axis_kernel(out, a, kept, kept_strides, summed, summed_strides, terms, 
         total = lane_sum(buf, lane, acc, alone)
         if lane == 0:
             out[o] = total
+
+
+@jit(cache=True)
+def _sum_parts_kernel(partials, a, kept, kept_strides, summed, summed_strides, terms, parts):
+    """partials[o * parts + p] = the sum of part p of output o's `terms` terms, a block each."""
+    buf = cuda.shared.array(THREADS, float64)
+    lane = cuda.threadIdx.x
+    span = (terms + parts - 1) // parts
+    for b in range(cuda.blockIdx.x, partials.shape[0], cuda.gridDim.x):
+        o, part = b // parts, b % parts
+        base = _offset(o, kept, kept_strides)
+        acc = 0.0
+        for t in range(part * span + lane, min(terms, part * span + span), THREADS):
+            acc += float64(a[base + _offset(t, summed, summed_strides)])
+        acc = lane_sum(buf, lane, acc, False)
+        if lane == 0:
+            partials[b] = acc
 
 
 @jit(cache=True)
@@ -178,8 +201,19 @@ def _sum_axis(inputs, out, attrs, stream):
     axes = _axes(attrs)
     terms = prod(a.shape[d] for d in axes)
     layout = _sum_layout(tuple(a.shape), set(axes))
-    grid, alone = split_rows(out.size, terms)
-    launch(_sum_axis_kernel, grid, THREADS, stream, flat(out), flat(a), *layout, terms, alone)
+    parts = parts_of(out.size, terms) if terms >= THREADS else 1
+    if parts == 1:
+        grid, alone = split_rows(out.size, terms)
+        launch(_sum_axis_kernel, grid, THREADS, stream, flat(out), flat(a), *layout, terms, alone)
+        return
+    # few outputs of many terms (a convolution's bias gradient): each output's terms in parts,
+    # a block each, summed into float64 partials, then the partials summed in part order
+    partials = SCRATCH.view(stream, 0, (out.size, parts), F64)
+    launch(_sum_parts_kernel, min(out.size * parts, MAX_BLOCKS), THREADS, stream,
+           flat(partials), flat(a), *layout, terms, parts)
+    grid, alone = split_rows(out.size, parts)
+    launch(_sum_axis_kernel, grid, THREADS, stream, flat(out), flat(partials),
+           *_sum_layout((out.size, parts), {1}), parts, alone)
 
 
 def _argmax(inputs, out, attrs, stream):
