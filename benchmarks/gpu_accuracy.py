@@ -2,7 +2,7 @@
 machine's calibrated profile (CPU and GPU microbenchmarks) and run on the real engine.
 
     python benchmarks/gpu_accuracy.py [--quick] [--workers W] [--force] [--only NAME ...]
-        [--profile-out FILE]
+        [--ops N] [--profile-out FILE]
     NUMBA_ENABLE_CUDASIM=1 python benchmarks/gpu_accuracy.py --quick   # checks the script only
 
 1. `realexec.calibrate(workers, gpu=True)`: the CPU's microbenchmarks and gpu(0)'s
@@ -10,7 +10,8 @@ machine's calibrated profile (CPU and GPU microbenchmarks) and run on the real e
    scenario; cached (`--force` measures again);
 2. every scenario that needs no more GPUs than this machine has: recorded and simulated on that
    profile, run on the engine as benchmarks/accuracy.py does (a warm-up run, then the median of
-   `--repeat` runs with the garbage collector paused), and the two tabled side by side;
+   `--repeat` runs with the garbage collector paused), and the two tabled side by side, then
+   (`--ops`) the seconds per span kind and op name (or lane) of each, the largest first;
 3. a summary (`asyncsim compare --all`'s): each scenario's total and peak-memory error, the
    median and maximum of the total's.
 The device's name, the GPU part of the profile (launch latency, bandwidths, the products' rate,
@@ -25,6 +26,7 @@ import sys
 import time
 
 from accuracy import measure, predict  # benchmarks/accuracy.py, beside this script
+from breakdown import per_name  # benchmarks/breakdown.py
 
 from asyncsim.lab import scenarios
 from asyncsim.lab.compare import compare, table
@@ -57,6 +59,25 @@ def describe(profile) -> str:
              f"us, gpu_settle {profile.gpu_settle * 1e6:.1f} us (a GPU round trip "
              f"{host['roundtrip'] * 1e6:.1f} us with wait_to_read, "
              f"{host['roundtrip_waitall'] * 1e6:.1f} us with waitall)"]
+    for name in ("conv2d", "conv2d_grad_data", "conv2d_grad_weight"):
+        rates = [c.peak for key, c in profile.costs.items()
+                 if key.startswith(f"gpu:{name}@") and c.peak]
+        if rates:
+            lines.append(f"  {name}: {min(rates) / 1e12:.2f}-{max(rates) / 1e12:.2f} TFLOP/s "
+                         f"over {len(rates)} layer geometries")
+    return "\n".join(lines)
+
+
+def op_table(pred, meas, top: int) -> str:
+    """Seconds per span kind and op name (exec) or lane (the frontend's issue and wait, copies),
+    predicted and measured, the `top` by measured time."""
+    p, m = per_name(pred), per_name(meas)
+    keys = sorted(set(p) | set(m), key=lambda k: -m.get(k, (0, 0.0))[1])[:top]
+    lines = [f"{'span':32s} {'n':>6s} {'pred ms':>10s} {'meas ms':>10s}"]
+    for key in keys:
+        (_, sp), (n, sm) = p.get(key, (0, 0.0)), m.get(key, (0, 0.0))
+        lines.append(f"{key[0] + ' ' + str(key[1]):32s} {n:6d} {sp * 1e3:10.1f} "
+                     f"{sm * 1e3:10.1f}")
     return "\n".join(lines)
 
 
@@ -67,6 +88,8 @@ def main() -> None:
     parser.add_argument("--force", action="store_true", help="calibrate the CPU again")
     parser.add_argument("--only", nargs="*", default=None, help="scenario names")
     parser.add_argument("--repeat", type=int, default=3, help="measured runs per scenario")
+    parser.add_argument("--ops", type=int, default=8, help="after each scenario, its seconds "
+                        "per span kind and op name, predicted and measured, for this many")
     parser.add_argument("--profile-out", default=None, help="save the profile as JSON here "
                         "(benchmarks/results/profile-*.json: an H100 machine's)")
     args = parser.parse_args()
@@ -93,6 +116,8 @@ def main() -> None:
         rows = [r for r in compare(pred, meas) if r.name not in sc.measured_only]
         print()
         print(table(rows, title=f"{name} ({sc.section}) [{time.perf_counter() - began:.1f} s]"))
+        if args.ops:
+            print(op_table(pred, meas, args.ops))
         summary.append((name, rows))
         sys.stdout.flush()
     if summary:

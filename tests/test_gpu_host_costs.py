@@ -8,7 +8,8 @@ import pytest
 
 from asyncsim import Profile, predict
 from asyncsim.model.profile import READBACK, Cost, ProfileError
-from realexec.calibration.gpu import host_costs, with_gpu
+from asyncsim.nd import ops
+from realexec.calibration.gpu import QUICK_GPU, host_costs, with_gpu
 from realexec.gpu import kernels as gpu
 
 pytestmark = pytest.mark.cudasim
@@ -146,3 +147,22 @@ def test_with_gpu_adds_the_gpu_to_a_cpu_profile(calibrated):
     assert calibrated.costs["cpu:*"] == cpu.costs["cpu:*"] and calibrated.t1 == cpu.t1
     assert calibrated.gpus >= 1 and "gpu:dot" in calibrated.costs
     assert predict(round_trip, calibrated).duration > 0
+
+
+@pytest.mark.simulator
+def test_gpu_calibration_prices_each_convolution_geometry(calibrated):
+    """The training ops are timed on the GPU as on the CPU (`training.cases`): the convolutions
+    get "gpu:" costs of their own, not "gpu:*", and every geometry calibrated has its three
+    directions priced apart, from a positive backlog period kept in meta. (The quick settings
+    time no memory-bound training op: the simulator runs their reductions at seconds a
+    launch.)"""
+    measured = calibrated.meta["gpu"]["ops"]
+    for batch, channels, side, filters, k, stride, pad in QUICK_GPU.conv_shapes:
+        attrs = {"kernel": (k, k), "stride": (stride, stride), "pad": (pad, pad)}
+        geometry = ops.geometry("conv2d", ((batch, channels, side, side),
+                                           (filters, channels, k, k)), attrs)
+        for name in ("conv2d", "conv2d_grad_data", "conv2d_grad_weight"):
+            assert f"gpu:{name}" in calibrated.costs, name
+            assert f"gpu:{name}@{geometry}" in calibrated.costs, (name, geometry)
+            (_, _, seconds), = measured[name]["geometries"].values()
+            assert seconds > 0

@@ -12,6 +12,11 @@
   `realexec.calibration.fits.kernel_costs`): latency + bytes / bandwidth (with more bandwidths past
   cache sizes where that fits far better), "gpu:broadcast" for operands of different shapes, and
   latency + bytes / bandwidth + flops / peak for `dot` (square and (1, n) x (n, n) products);
+- the training ops (convolutions and their gradients, batch norm, pooling, the softmaxes, the
+  SGD update...): the CPU's calls (`realexec.calibration.training.cases`) made on the GPU, each
+  priced by its backlog period and fitted as the CPU's (`fits.op_costs`), every convolution
+  geometry of LeNet and ResNet-18 on its own ("gpu:conv2d@<geometry>"), timed at the
+  chapters' batch per GPU;
 - links "cpu->gpu" and "gpu->cpu": `copyto` between the devices on the copy lane, the same way,
   as latency + bytes / bandwidth of the bytes copied (pinned host buffers, as realexec copies);
   "gpu->gpu" is taken as gpu:copy measured on this one device (a peer copy is that kernel run on
@@ -40,8 +45,11 @@ from time import perf_counter_ns
 import numpy as np
 
 from asyncsim.model.profile import READBACK, Cost
+from asyncsim.nd import ops
+from realexec.calibration import training
 from realexec.calibration.calibrate import kernels
-from realexec.calibration.fits import FITTED, fit_bytes, kernel_costs
+from realexec.calibration.fits import FITTED, fit_bytes, kernel_costs, op_costs
+from realexec.calibration.measure import FULL
 from realexec.calibration.steady import busy, central
 from realexec.gpu.vars import kernels as gpu_kernels
 
@@ -57,14 +65,30 @@ class GpuSettings:
     backlog: int  # ops per backlog (fewer for big ones, see `_count`)
     repeats: int  # backlogs per point, after one warm-up backlog
     budget: int  # bytes of fresh outputs per backlog at most
+    # the training ops (`realexec.calibration.training.cases`, as the CPU's): elements of the
+    # memory-bound ones' arrays, and the convolutions' (batch, channels, side, filters, kernel,
+    # stride, pad)
+    op_sizes: tuple[int, ...] = ()
+    conv_shapes: tuple[tuple[int, ...], ...] = ()
 
 
 FULL_GPU = GpuSettings(sizes=(2**10, 2**14, 2**18, 2**20, 2**22, 2**24, 2**26),
                        dot_sides=(128, 512, 1024, 2048, 4096), gemv_sides=(1024, 4096),
                        copy_sizes=(2**10, 2**16, 2**20, 2**22, 2**24),
-                       backlog=40, repeats=3, budget=2**31)
+                       backlog=40, repeats=3, budget=2**31,
+                       # up to 8.5's ResNet-18 activations at batch 256 (2**23.6 elements)
+                       op_sizes=(2**12, 2**16, 2**20, 2**22, 2**24),
+                       # every layer of 8.4's LeNet and 8.5's ResNet-18 (the CPU's list) at
+                       # the chapters' batch per GPU: a GPU's rate grows with the batch until
+                       # its cores are full, so each geometry is timed at the batch that prices it
+                       conv_shapes=tuple(dict.fromkeys((256, *shape[1:])
+                                                       for shape in FULL.conv_shapes)))
 QUICK_GPU = GpuSettings(sizes=(2**6, 2**10), dot_sides=(8, 16), gemv_sides=(),
-                        copy_sizes=(2**6, 2**10), backlog=4, repeats=1, budget=2**24)
+                        copy_sizes=(2**6, 2**10), backlog=4, repeats=1, budget=2**24,
+                        # one convolution of N*Ho*Wo under a block's threads: its weight
+                        # gradient takes the thread-per-element path; the simulator runs a
+                        # block's shared-memory tree (and batch norm's) at seconds a launch
+                        conv_shapes=((1, 1, 4, 2, 3, 1, 0),))
 
 
 def _count(settings: GpuSettings, nbytes: int) -> int:
@@ -111,6 +135,26 @@ def backlog_period(clock: _GpuClock, make, count: int, repeats: int, name: str) 
         if r and len(spans) >= 2:
             periods.append((spans[-1][0] - spans[0][0]) / (len(spans) - 1))
     return float(np.median(periods))
+
+
+def _training_ops(nd, ctx, clock, s: GpuSettings) -> dict:
+    """op name -> {"points": [[bytes, flops, seconds], ...]} (and "geometries" for the
+    convolutions), as `realexec.calibration.training.kernel_times` gives the CPU's: the same
+    calls on the GPU, each priced by its backlog period."""
+    calls = training.cases(nd, s.op_sizes, s.conv_shapes, ctx=ctx)
+    out: dict = {}
+    for name, inputs, attrs in calls:
+        nbytes, flops = training.features(name, inputs, attrs)
+        seconds = backlog_period(
+            clock, lambda name=name, inputs=inputs, attrs=attrs: nd.invoke(name, *inputs, **attrs),
+            _count(s, nbytes), s.repeats, name)
+        point = [float(nbytes), float(flops), seconds]
+        entry = out.setdefault(name, {"points": []})
+        entry["points"].append(point)
+        geometry = ops.geometry(name, tuple(a.shape for a in inputs), attrs)
+        if geometry:
+            entry.setdefault("geometries", {})[geometry] = point
+    return out
 
 
 def _fit(sizes, times, nbytes) -> tuple[Cost, list]:
@@ -212,6 +256,11 @@ def measure_gpu(nd, settings: GpuSettings = FULL_GPU, index: int = 0, progress=N
                                 logged) for n in sizes]
         raw["kernels"][name] = {"sizes": list(sizes), "seconds": times}
     costs.update(kernel_costs(raw["kernels"], device="gpu"))
+    if settings.op_sizes or settings.conv_shapes:
+        if progress is not None:
+            progress("gpu training ops")
+        raw["ops"] = _training_ops(nd, ctx, clock, settings)
+        costs.update(op_costs(raw["ops"], device="gpu"))
     if progress is not None:
         progress("gpu copies")
     links, raw["links"] = _links(nd, ctx, clock, settings)
@@ -248,7 +297,7 @@ def with_gpu(profile, quick: bool = False, index: int = 0, progress: bool = Fals
     settings = QUICK_GPU if quick else FULL_GPU
     enabled = gc.isenabled()
     gc.disable()  # as for the CPU: a collection is no part of a cost
-    bar = tqdm(total=10, desc="calibrating the GPU", disable=not progress, leave=False)
+    bar = tqdm(total=11, desc="calibrating the GPU", disable=not progress, leave=False)
 
     def step(what: str) -> None:
         bar.set_postfix_str(what)

@@ -50,40 +50,41 @@ def features(name: str, inputs, attrs: dict) -> tuple[int, float]:
     return nbytes, ops.flops(name, shapes, shape)
 
 
-def cases(nd, sizes, conv_shapes, dot_shapes=(), layer_products=()) -> list[tuple[str, tuple,
-                                                                          dict]]:
+def cases(nd, sizes, conv_shapes, dot_shapes=(), layer_products=(),
+          ctx=None) -> list[tuple[str, tuple, dict]]:
     """(op name, inputs, attrs) of every timed call: the memory-bound ops at each of `sizes`
     (elements), the convolutions at each of `conv_shapes` ((batch, channels, side, filters,
     kernel, stride, pad)), `dot` at each of `dot_shapes` ((m, k, n): an (m, k) x (k, n)
     product) as is and with either operand transposed, as a layer's forward and backward
-    call it, and at each of `layer_products` ((m, k, n, "" | "ta" | "tb"))."""
+    call it, and at each of `layer_products` ((m, k, n, "" | "ta" | "tb")); every array on
+    `ctx` (default: the CPU; `realexec.calibration.gpu` times the same calls on a GPU)."""
     out = []
     for n in sizes:
-        out += _memory_bound(nd, n)
+        out += _memory_bound(nd, n, ctx)
     for shape in conv_shapes:
-        out += _convolutions(nd, *shape)
+        out += _convolutions(nd, *shape, ctx=ctx)
     for m, k, n in dot_shapes:
-        out += [_product(nd, m, k, n, transposed) for transposed in ("", "tb", "ta")]
-    out += [_product(nd, *shape) for shape in layer_products]
+        out += [_product(nd, m, k, n, transposed, ctx) for transposed in ("", "tb", "ta")]
+    out += [_product(nd, *shape, ctx=ctx) for shape in layer_products]
     nd.waitall()
     return out
 
 
-def _product(nd, m: int, k: int, n: int, transposed: str) -> tuple[str, tuple, dict]:
+def _product(nd, m: int, k: int, n: int, transposed: str, ctx=None) -> tuple[str, tuple, dict]:
     """An (m, k) by (k, n) product, with operand a ("ta") or b ("tb") stored transposed."""
     def operand(*shape):
-        return nd.random.uniform(0, 2.0 / k, shape=shape)
+        return nd.random.uniform(0, 2.0 / k, shape=shape, ctx=ctx)
 
     a = operand(k, m) if transposed == "ta" else operand(m, k)
     b = operand(n, k) if transposed == "tb" else operand(k, n)
     return "dot", (a, b), {f"transpose_{transposed[1]}": True} if transposed else {}
 
 
-def _memory_bound(nd, n: int) -> list[tuple[str, tuple, dict]]:
+def _memory_bound(nd, n: int, ctx=None) -> list[tuple[str, tuple, dict]]:
     # random values where a kernel branches on them (relu_grad, equal, max pooling, argmax);
     # arrays of other shapes are copies of one random vector's leading elements (copies are
     # cheap, the sampler is not: ~8 ns an element)
-    source = nd.random.uniform(-1, 1, shape=(max(n, CHANNELS * SIDE * SIDE),))
+    source = nd.random.uniform(-1, 1, shape=(max(n, CHANNELS * SIDE * SIDE),), ctx=ctx)
 
     def like(*shape):
         count = 1
@@ -91,19 +92,19 @@ def _memory_bound(nd, n: int) -> list[tuple[str, tuple, dict]]:
             count *= side
         return nd.reshape(source[0:count], shape)
 
-    a, b = like(n), nd.random.uniform(-1, 1, shape=(n,))
+    a, b = like(n), nd.random.uniform(-1, 1, shape=(n,), ctx=ctx)
     weight = a.copy()
     rows = max(1, n // ROW)
     matrix, row = like(rows, ROW), like(1, ROW)
     examples = max(1, n // CLASSES)
     logits, grads = like(examples, CLASSES), like(examples, CLASSES) * 0.5
-    label, per_example = nd.zeros((examples,)), nd.ones((examples,))
+    label, per_example = nd.zeros((examples,), ctx=ctx), nd.ones((examples,), ctx=ctx)
     images = max(1, n // (CHANNELS * SIDE * SIDE))
     x = like(images, CHANNELS, SIDE, SIDE)
     gx = x * 0.5
-    gamma, beta = nd.ones((CHANNELS,)), nd.zeros((CHANNELS,))
-    mean, var = nd.zeros((CHANNELS,)), nd.ones((CHANNELS,))
-    running = nd.zeros((CHANNELS,))
+    gamma, beta = nd.ones((CHANNELS,), ctx=ctx), nd.zeros((CHANNELS,), ctx=ctx)
+    mean, var = nd.zeros((CHANNELS,), ctx=ctx), nd.ones((CHANNELS,), ctx=ctx)
+    running = nd.zeros((CHANNELS,), ctx=ctx)
     pooled = like(images, CHANNELS, SIDE // 2, SIDE // 2)
     axis1 = {"axis": 1}
     bn = {"eps": 1e-5}
@@ -135,12 +136,12 @@ def _memory_bound(nd, n: int) -> list[tuple[str, tuple, dict]]:
     return calls
 
 
-def _convolutions(nd, batch, channels, side, filters, kernel, stride, pad) -> list:
+def _convolutions(nd, batch, channels, side, filters, kernel, stride, pad, ctx=None) -> list:
     geometry = {"kernel": (kernel, kernel), "stride": (stride, stride), "pad": (pad, pad)}
-    data = nd.random.uniform(-1, 1, shape=(batch, channels, side, side))
-    weight = nd.random.uniform(-1, 1, shape=(filters, channels, kernel, kernel))
+    data = nd.random.uniform(-1, 1, shape=(batch, channels, side, side), ctx=ctx)
+    weight = nd.random.uniform(-1, 1, shape=(filters, channels, kernel, kernel), ctx=ctx)
     shape, _ = ops.infer("conv2d", (data.shape, weight.shape), ("float32", "float32"), geometry)
-    grad = nd.random.uniform(-1, 1, shape=shape)
+    grad = nd.random.uniform(-1, 1, shape=shape, ctx=ctx)
     return [
         ("conv2d", (data, weight), geometry),
         ("conv2d_grad_data", (grad, weight), {**geometry, "data_shape": data.shape}),
