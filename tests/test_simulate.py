@@ -152,6 +152,26 @@ def test_max_inflight_holds_the_frontend_back():
     assert trace.regions["loop"] > analytic.async_time(10, 1e-6, 1e-3, 20e-6)
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 15), st.integers(1, 3))
+def test_a_bounded_engine_table_holds_the_frontend_back(table, n, workers):
+    """With `profile.table` = k (realexec's op table), the push of op j ends only after every op
+    up to j - k has finished (the wait is part of its issue span); a table larger than the
+    program changes nothing, and 0 means no bound."""
+    base = Profile.ideal(t1=1e-6, t2=1e-3, workers=workers)
+    trace = predict(loop, base.replace(table=table), n=n)
+    issues = sorted(trace.spans_of(lane="frontend", kind="issue"), key=lambda s: s.op_id)
+    runs = sorted(trace.spans_of(kind="exec"), key=lambda s: s.op_id)
+    for j in range(table, len(issues)):
+        done = max(r.end for r in runs[:j - table + 1])
+        assert issues[j].end >= done + 1e-6 - 1e-12
+    unbounded = predict(loop, base, n=n)
+    assert predict(loop, base.replace(table=n + 1), n=n).regions == unbounded.regions
+    if table < n:  # n ops of 1 ms issued in 1 us each: the frontend ran ahead, now it waits
+        assert trace.spans_of(lane="frontend", kind="issue")[-1].end > \
+            unbounded.spans_of(lane="frontend", kind="issue")[-1].end
+
+
 def _every_kind(nd):
     with nd.benchmark("all"):
         x = nd.ones((1,))

@@ -3,8 +3,10 @@
 The frontend walks `program.instrs`, one SimPy generator:
 - an `Op` costs it its issue price (an "issue" span) and may start once that issue has ended and
   its dependencies are met (`asyncsim.model.deps.DepTracker`: read-after-write, write-after-read,
-  write-after-write); its fresh output is reserved when the issue starts. With `max_inflight=k`
-  the frontend first waits for one of k slots. In `mode='sync'` (MXNet's NaiveEngine), and for a
+  write-after-write); its fresh output is reserved when the issue starts. With a bounded engine
+  table (`profile.table`), the frontend first waits until op p - table has finished and every op
+  before it (that wait is part of the issue span, as realexec's push times it); with
+  `max_inflight=k` it waits for one of k slots. In `mode='sync'` (MXNet's NaiveEngine), and for a
   `copyto` from a GPU into pageable host memory, it then waits for the op and pays t3 (a "wait"
   span).
 - a blocker (`Sync`) waits until every pending write of its var has finished (`waitall`:
@@ -54,15 +56,12 @@ class FrontendProcess:
         for ins in self.program.instrs:
             kind = type(ins)
             if kind is Op:
+                began = env.now
+                full = profile.table and len(self.ops) - profile.table >= self.low
+                if full:
+                    yield from self._wait_for_table(len(self.ops) - profile.table)
                 if self.slots is not None:
-                    slot = self.slots.get(1)
-                    if not slot.triggered and host is not None:  # about to block
-                        if gil is not None:
-                            gil.release(FRONTEND)
-                        host.frontend_waits(slot)
-                    yield slot
-                    if host is not None:
-                        host.frontend_woke()
+                    yield from self._block_on(self.slots.get(1))
                 issue_cost, queue = self._prepare(ins)
                 if gil is not None:
                     yield from self._take_gil()
@@ -77,7 +76,9 @@ class FrontendProcess:
                     position = self._push(ins, queue)
                     if host.wake and host.wakes > wakes:
                         yield timeout(host.wake)
-                spans.append(Span("frontend", ins.name, ins.id, start, env.now, "issue"))
+                # a wait for the engine's table is part of the push, as realexec times it
+                spans.append(Span("frontend", ins.name, ins.id, began if full else start, env.now,
+                                  "issue"))
                 if self.sync_mode or (profile.pageable and ins.name == "copyto"
                                       and device_kind(ins.device) == "cpu"
                                       and device_kind(ins.attrs["src"]) == "gpu"):
@@ -135,6 +136,25 @@ class FrontendProcess:
             gil.release(FRONTEND)
         if host is not None:
             host.frontend_done()
+
+    def _wait_for_table(self, position: int):
+        """Wait until every op up to `position` has finished: the slot the next op needs in the
+        engine's table (`profile.table`) is then free."""
+        event = self.env.event()
+        self.table_wait = (position, event)
+        yield from self._block_on(event)
+
+    def _block_on(self, event):
+        """Yield `event` (a max_inflight slot, the table); if it has not happened yet, the
+        frontend drops the GIL first and the host knows it sleeps."""
+        host = self.host
+        if not event.triggered and host is not None:  # about to block
+            if self.gil is not None:
+                self.gil.release(FRONTEND)
+            host.frontend_waits(event)
+        yield event
+        if host is not None:
+            host.frontend_woke()
 
     def _take_gil(self):
         """The frontend takes the GIL before running Python (only when the profile models it)."""

@@ -88,7 +88,8 @@ _SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int,
             "free": float, "dispatch": float, "wake": float, "gil": float, "release": float,
             "switch": float, "spin": float, "recheck": float, "startup": float,
             "handover": float, "gpu_issue": float, "gpu_wait": float, "gpu_settle": float,
-            "pageable": int, "rss_keep": float, "native": int, "idle_spin": float}
+            "pageable": int, "rss_keep": float, "native": int, "idle_spin": float,
+            "table": int}
 _MINIMUM = {"workers": 1, "cores": 1, "gpus": 0}
 
 
@@ -131,6 +132,12 @@ class Profile:
     # seconds an idle compiled worker spins before it sleeps (with `native`): an op it is handed
     # meanwhile costs no wake-up
     idle_spin: float = 0.0
+    # ops the engine's table holds (realexec's compiled engine: `NativeEngine`'s capacity): the
+    # push of op p waits until every op before p - table has finished, so the frontend runs at
+    # most that far ahead of the lanes (8.5's ResNet-18 on a GPU: about 8 batches, which bounds
+    # its memory). 0: no bound, as MXNet's engine, whose queue grows as long as the frontend
+    # issues
+    table: int = 0
     meta: dict = field(default_factory=dict)
 
     def __post_init__(self):

@@ -97,6 +97,9 @@ class _Model(FrontendProcess):
         self.gpu_program = ("gpu" if any(device_kind(d) == "gpu" for d in program.devices)
                             else "cpu")
         self.slots = simpy.Container(env, max_inflight, init=max_inflight) if max_inflight else None
+        # the engine's table (`profile.table`): the lowest unfinished position, the positions
+        # above it already finished, and the frontend's wait (position to pass, event)
+        self.low, self.finished_above, self.table_wait = 0, set(), None
         self.touching: dict = {}  # var -> count of unfinished ops that read or write it
         self.freed: set = set()  # vars dropped by the frontend but still touched
         self.reserved: dict = {}  # var -> (device, bytes) while its bytes are live
@@ -184,6 +187,16 @@ class _Model(FrontendProcess):
             self.idle_event = None
         if self.slots is not None:
             self.slots.put(1)
+        if position == self.low:
+            self.low += 1
+            while self.low in self.finished_above:
+                self.finished_above.remove(self.low)
+                self.low += 1
+            if self.table_wait is not None and self.low > self.table_wait[0]:
+                self.table_wait[1].succeed()
+                self.table_wait = None
+        else:
+            self.finished_above.add(position)
         return released
 
     # -- memory ---------------------------------------------------------------------------------

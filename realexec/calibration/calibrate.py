@@ -98,7 +98,7 @@ from realexec.calibration.measure import (
 )
 from realexec.calibration.microbench import BackgroundLoad  # noqa: F401 -- re-exported
 from realexec.engine.core import Engine, default_workers
-from realexec.engine.native import IDLE_SPIN_S
+from realexec.engine.native import CAPACITY, IDLE_SPIN_S
 from realexec.frontend import machine
 
 VERSION = 11  # bump when what is measured changes: older cache files are then ignored
@@ -168,6 +168,7 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
                    recheck=raw["blocked"]["recheck"], startup=fresh["startup"],
                    handover=raw.get("handover", {}).get("handover", 0.0),
                    native=int(native), idle_spin=IDLE_SPIN_S if native else 0.0,
+                   table=CAPACITY if native else 0,
                    meta=json.loads(json.dumps({**meta, "measurements": raw})))  # as saved
 
 

@@ -65,6 +65,8 @@ _FREE_POLL_NS = 1_000_000
 IDLE_SPIN_S = 50e-6  # an idle worker spins this long before it sleeps (the model's idle_spin)
 _NONE = np.empty(0, np.int64)
 _BLOCK = 256  # spans are read out of the table this many ops at a time
+CAPACITY = 1 << 12  # ops the table holds: a push waits for the op `CAPACITY` before it (the
+# model's `Profile.table`)
 
 
 class NativeEngine(shutdown.Ending):
@@ -72,7 +74,7 @@ class NativeEngine(shutdown.Ending):
 
     def __init__(self, workers: int | None = None, mode: str = "async",
                  max_inflight: int | None = None, spin_s: float = 2e-3,
-                 trace: bool | int = True, capacity: int = 1 << 12, pin: bool = False):
+                 trace: bool | int = True, capacity: int = CAPACITY, pin: bool = False):
         self.workers = settings(workers, mode, max_inflight)
         self.mode, self.max_inflight = mode, max_inflight
         self._sync = mode == "sync"
