@@ -125,3 +125,13 @@ def test_summary_counts_add_up(table):
     assert whole["printed"] == 61
     text = booktable.format_table(table)
     assert text.count("\n") >= 61 and "increased memory" in text
+
+
+def test_gpu_preset_issues_scalar_ops_at_its_own_t1():
+    """No chapter times a scalar op's issue on the GPU machine: book-gpu prices it at its own
+    fitted t1, as book-zh does, not at machine A's absolute x + 1 price (which was dearer than
+    B's t1, the reverse of the fast path it stands for)."""
+    profile = Profile.preset("book-gpu")
+    scalar = [key for key in profile.costs if key.startswith("frontend:") and "_scalar" in key]
+    assert scalar == []
+    assert Profile.preset("book").costs["frontend:add_scalar"].latency < book.T1

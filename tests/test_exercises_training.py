@@ -246,7 +246,7 @@ WRONG = [
     ("8.5-2", even_split, "no faster than an even split"),
     ("8.5-2", by_time, "no faster than an even split"),
     ("8.5-2", by_speed, "slower than leaving the CPU idle"),
-    ("8.5-2", rounded_down, "add up to 8191"),
+    ("8.5-2", rounded_down, "not the batch's 8192"),
 ]
 
 
