@@ -36,8 +36,6 @@ simulated time.
 
 from __future__ import annotations
 
-import simpy
-
 from asyncsim.model.profile import device_kind, is_link_copy
 from asyncsim.nd.ops import BROADCASTING, broadcasts, native_broadcast
 from asyncsim.nd.program import Call, Free, Mark, Op, Sync
@@ -163,7 +161,7 @@ class FrontendProcess:
         if held is not None:
             yield held
 
-    def _prepare(self, op: Op) -> tuple[float, simpy.Store]:
+    def _prepare(self, op: Op) -> tuple[float, object]:
         """Price `op` and pick its lane queue (cached per op name, devices and geometry); return
         its issue cost and that queue."""
         broadcast = op.name in BROADCASTING and self._broadcast(op)
@@ -209,7 +207,7 @@ class FrontendProcess:
             queue = self.streams[op.device, "compute"]
         return self.profile.issue_rule(op, broadcast), lane_cost, link, queue
 
-    def _push(self, op: Op, queue: simpy.Store) -> int:
+    def _push(self, op: Op, queue) -> int:
         position = len(self.ops) - 1
         self.inflight += 1
         touching = self.touching
