@@ -6,8 +6,9 @@
 - `ring` is the bandwidth-optimal ring of NCCL and Horovod: the array is cut into k chunks along
   its first axis; in k - 1 reduce-scatter steps each device adds the chunk its left neighbour
   sends, and in k - 1 all-gather steps the finished chunks travel on round the ring. Every link
-  carries 2 (k - 1) / k of the array, all links at once, but it issues ~4 ops per chunk and step:
-  worth it for large arrays on many devices, not for LeNet's small ones.
+  carries 2 (k - 1) / k of the array, all links at once, but it issues 2k^2 + 3k(k - 1) ops
+  (slices, copies, adds, write-backs) against 3(k - 1) for the first's: worth it for large
+  arrays on many devices, not for LeNet's small ones.
 
 Both write the sum into every array in place and return the arrays; the model prices the copies
 by the links they cross (`asyncsim.model.profile`), so scaling curves compare the two.
@@ -37,7 +38,10 @@ def _chunks(rows: int, k: int) -> list[tuple[int, int]]:
 
 def ring(arrays: list) -> list:
     """Ring allreduce; an array with fewer rows than devices (or a scalar) is summed by
-    `reduce_on_first`, as NCCL does for tiny buffers in effect."""
+    `reduce_on_first`, as NCCL does for tiny buffers in effect. Each device's array is cut into
+    chunk arrays once, the ring's steps add and copy whole chunks (a copy and an add per chunk
+    and step, as NCCL's kernels work on chunks of one buffer in place), and the chunks are
+    written back at the end."""
     k = len(arrays)
     shape = arrays[0].shape
     if k == 1:
@@ -45,16 +49,18 @@ def ring(arrays: list) -> list:
     if not shape or shape[0] < k:
         return reduce_on_first(arrays)
     chunks = _chunks(shape[0], k)
+    parts = [[a[start:stop] for start, stop in chunks] for a in arrays]
     for step in range(k - 1):  # reduce-scatter: chunk c gathers its sum on device c - 1
         for i in range(k):
-            start, stop = chunks[(i - step) % k]
-            dst = arrays[(i + 1) % k]
-            dst[start:stop] += arrays[i][start:stop].copyto(dst.context)
+            c, dst = (i - step) % k, (i + 1) % k
+            parts[dst][c] += parts[i][c].copyto(arrays[dst].context)
     for step in range(k - 1):  # all-gather: the finished chunks go round once more
         for i in range(k):
-            start, stop = chunks[(i + 1 - step) % k]
-            dst = arrays[(i + 1) % k]
-            dst[start:stop] = arrays[i][start:stop].copyto(dst.context)
+            c = (i + 1 - step) % k
+            parts[i][c].copyto(parts[(i + 1) % k][c])
+    for a, own in zip(arrays, parts, strict=True):
+        for (start, stop), part in zip(chunks, own, strict=True):
+            a[start:stop] = part
     return arrays
 
 

@@ -118,8 +118,8 @@ ResNet-18 (11 million numbers) from 15 GPUs into gpu0 and back, one copy after a
 gpu0's copy engine. A minibatch of 256 leaves each GPU 16 images, too few to keep it busy;
 scaled with the GPUs (64 each in the demo) they are busy, yet a minibatch takes longer the more
 GPUs there are, so the epoch gains far less than 16 times. A ring allreduce (kvstore='ring')
-spreads the copies over every link, but as ordinary ops it issues some 150 000 ops per
-minibatch on 16 GPUs against 15 000, and the model predicts it slower still: NCCL runs a ring
+spreads the copies over every link, but as ordinary ops it issues some 117 000 ops per
+minibatch on 16 GPUs against 12 000, and the model predicts it slower still: NCCL runs a ring
 as one kernel per GPU. Real systems also issue from a thread or process per GPU and overlap the
 allreduce with backward. Run `demo()` for the model's predictions."""
 
