@@ -225,7 +225,7 @@ def data_parallel() -> Figure:
                          if s.name == "array")
             plot.timeline(step, ax=axis, title=f"{title}, one step on {gpus} GPU"
                           f"{'s' if gpus > 1 else ''}: {step.duration * 1e3:.1f} ms, the "
-                          f"first {loader * 1e3:.1f} ms the data loader's Python")
+                          f"first {loader * 1e3:.1f} ms taking the batch from the loader")
             axis.set_xlim(0, end)
             if (row, col) != (1, 1):
                 axis.get_legend().remove()

@@ -21,8 +21,11 @@ that autograd's backward or a Trainer's allreduce and update issues costs the fr
 Python (the realexec profile prices its own); the bias reshape of `nd.Convolution` and the
 running statistics of `nd.BatchNorm` cost no issue (MXNet's ops do them inside); the
 book's `load_data_fashion_mnist` makes each batch with Gluon's DataLoader, whose ToTensor
-transform runs in Python per image: 15 us an image, paid by the frontend with the batch's copy
-in ("frontend:array"), the same on one GPU or two. Note
+transform runs in Python per image, in 4 worker processes on Linux (d2lzh's `num_workers`); the
+frontend still pays per batch it takes from them (a batch handed over between processes and
+copied in): 15 us an image, paid by the frontend with the batch's copy in ("frontend:array"),
+the same on one GPU or two. No printed number isolates that cost, but one of about that size is
+needed: with none, t1 refits to 147 us and the two-GPU LeNet epoch comes out 47% slow. Note
 that 8.4's allreduce and SGD are the chapter's own Python, so they pay t1 per op.
 
 An op with a scalar operand (8.4's SGD: `lr * grad / batch_size`) issues at t1 here, as on
@@ -48,11 +51,11 @@ from asyncsim.nd.program import Mark, Op
 FITTED = frozenset({("lenet_1gpu", "epoch 1"), ("resnet18_1gpu", "epoch 1")})
 TRAIN = 60000  # Fashion-MNIST's training images
 PEER_LINK = 4.0  # ASSUMED: gpu->gpu over gpu->cpu bandwidth
-LOADER_IMAGE = 15e-6  # ASSUMED: seconds of Python per image in Gluon's DataLoader (ToTensor)
+LOADER_IMAGE = 15e-6  # ASSUMED: the frontend's seconds per image of a batch from the DataLoader
 IMAGE_BYTES = 28 * 28 * 4  # a Fashion-MNIST image as float32
 ASSUMED = ("gpu->gpu at 4x gpu->cpu; backward's and the kvstore's ops pushed from C++ at 5 us; "
            "Convolution's bias reshape and BatchNorm's statistics inside their ops; the data "
-           "loader's Python at 15 us per image")
+           "loader's batch taken at 15 us per image")
 
 
 def _batch_ops(name: str) -> list[Op]:
@@ -82,7 +85,7 @@ def book_gpu() -> Profile:
     # BatchNorm
     costs["frontend:backward"] = costs["frontend:kvstore"] = Cost(latency=book.CXX_ISSUE)
     costs["frontend:reshape"] = costs["frontend:bn_update"] = Cost()
-    # the book's data loader makes each batch in Python, image by image (see LOADER_IMAGE)
+    # the frontend takes each batch from the book's data loader (see LOADER_IMAGE)
     costs["frontend:array"] = Cost(bandwidth=IMAGE_BYTES / LOADER_IMAGE)
     # machine A's absolute price of x + 1 is not B's: scalar ops pay B's t1 (module docstring)
     del costs["frontend:add_scalar"]
