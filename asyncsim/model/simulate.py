@@ -201,17 +201,23 @@ class _Model(FrontendProcess):
             self.idle_event = None
         if self.slots is not None:
             self.slots.put(1)
-        if position == self.low:
-            self.low += 1
-            while self.low in self.finished_above:
-                self.finished_above.remove(self.low)
-                self.low += 1
-            if self.table_wait is not None and self.low > self.table_wait[0]:
-                self.table_wait[1].succeed()
-                self.table_wait = None
-        else:
-            self.finished_above.add(position)
+        if self.profile.table:
+            self._lower_mark(position)
         return released
+
+    def _lower_mark(self, position: int) -> None:
+        """`position` finished: move the lowest unfinished position past it and every finished
+        one above, and let a frontend waiting for the table go once it is past its mark."""
+        if position != self.low:
+            self.finished_above.add(position)
+            return
+        self.low += 1
+        while self.low in self.finished_above:
+            self.finished_above.remove(self.low)
+            self.low += 1
+        if self.table_wait is not None and self.low > self.table_wait[0]:
+            self.table_wait[1].succeed()
+            self.table_wait = None
 
     # -- memory ---------------------------------------------------------------------------------
     def _reserve(self, var: int) -> None:
