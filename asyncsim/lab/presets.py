@@ -25,7 +25,7 @@ transform runs in Python per image, in 4 worker processes on Linux (d2lzh's `num
 frontend still pays per batch it takes from them (a batch handed over between processes and
 copied in): 15 us an image, paid by the frontend with the batch's copy in ("frontend:array"),
 the same on one GPU or two. No printed number isolates that cost, but one of about that size is
-needed: with none, t1 refits to 147 us and the two-GPU LeNet epoch comes out 47% slow. Note
+needed: with none, t1 refits to 124 us and the two-GPU LeNet epoch comes out 48% slow. Note
 that 8.4's allreduce and SGD are the chapter's own Python, so they pay t1 per op.
 
 An op with a scalar operand (8.4's SGD: `lr * grad / batch_size`) issues at t1 here, as on
