@@ -277,16 +277,17 @@ def test_softmax_cross_entropy_with_a_bad_label_gives_nan(dev):
     assert np.isnan(grad[1:]).all() and np.isfinite(grad[0]).all()
 
 
-@pytest.mark.parametrize("dtype,split", [(d, False) for d in DTYPES] + [(DTYPES[0], True)])
-@pytest.mark.parametrize("shape", [(2, 3, 2, 3), (40, 2), (2, 5)])
+@pytest.mark.parametrize("dtype,shape,split",
+                         [(d, s, False) for d in DTYPES for s in [(2, 3, 2, 3), (40, 2), (2, 5)]]
+                         + [(DTYPES[0], (40, 2), True)])
 def test_batch_norm_family(dev, monkeypatch, dtype, shape, split):
     """batch_norm, its gradients, batch_norm_infer and bn_update (mean and var, in place) equal
     the references, for images and for (N, C) features, with channels shorter and longer than
-    a block, each channel a block or (split: the GPU's many values per channel, forced at these
-    sizes) cut in parts, the last one shorter."""
+    a block, each channel a block or (split: the GPU's many values per channel, forced at this
+    size) cut in three parts, the last one shorter."""
     if split:
-        monkeypatch.setattr(gpu_launch, "TARGET_BLOCKS", 12)
-        monkeypatch.setattr(gpu_launch, "PART_ELEMENTS", 3)
+        monkeypatch.setattr(gpu_launch, "TARGET_BLOCKS", 6)
+        monkeypatch.setattr(gpu_launch, "PART_ELEMENTS", 13)
     x = uniform(shape, dtype, 21, -3, 5)
     channels = (shape[1],)
     gamma, beta = uniform(channels, dtype, 22), uniform(channels, dtype, 23)
