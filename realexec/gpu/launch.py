@@ -169,6 +169,9 @@ class StreamScratch:
         return arr
 
 
-# The scratch of the GPU ops, by slot: dot's transposed copies of a (0) and b (1), conv2d's
-# im2col columns (2) and product (3).
+# The scratch of the GPU ops, by slot (an op's use ends before the next op's on its stream):
+# dot's transposed copies of a (0) and b (1); the convolutions' im2col columns or col2im input
+# (2), their products or gathered gradients (3), the weight's transpose (0) and a later chunk's
+# weight gradient (1); the float64 partial sums of batch norm and sum_axis (0).
 SCRATCH = StreamScratch(slots=4)
+F64 = np.dtype(np.float64)  # partial sums

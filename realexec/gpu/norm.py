@@ -29,9 +29,8 @@ from __future__ import annotations
 import math
 from math import prod
 
-import numpy as np
-
 from realexec.gpu.launch import (
+    F64,
     MAX_BLOCKS,
     SCRATCH,
     THREADS,
@@ -54,7 +53,6 @@ SUMS, DEVIATIONS, GRADS, APPLY = range(4)  # the stages of a batch norm op (`_ch
 STAGES = {UPDATE_MEAN: (SUMS, APPLY), UPDATE_VAR: (SUMS, DEVIATIONS, APPLY),
           NORMALISE: (SUMS, DEVIATIONS, APPLY), GRAD_GAMMA: (SUMS, DEVIATIONS, GRADS, APPLY),
           GRAD: (SUMS, DEVIATIONS, GRADS, APPLY)}
-F64 = np.dtype(np.float64)
 
 
 @jit(cache=True)
@@ -112,6 +110,12 @@ def _row_kernel(a, b, c, out, length, inner, mode, alone):
 
 
 @jit(device=True, cache=True)
+def _at(e, ch, channels, inner):
+    """Where value e of channel ch lies in a flat (N, channels, inner) array."""
+    return ((e // inner) * channels + ch) * inner + e % inner
+
+
+@jit(device=True, cache=True)
 def _total(stats, k, ch, parts):
     """Sum of statistic k of channel ch over its parts, in part order (deterministic)."""
     acc = 0.0
@@ -140,7 +144,7 @@ def _channel_stage(x, g, gamma, beta, out, stats, channels, inner, parts, eps, m
         if stage == SUMS:
             acc = 0.0
             for e in range(lo + lane, hi, THREADS):
-                acc += float64(x[((e // inner) * channels + ch) * inner + e % inner])
+                acc += float64(x[_at(e, ch, channels, inner)])
             acc = lane_sum(buf, lane, acc, False)
             if lane == 0:
                 stats[0, ch, part] = acc
@@ -149,7 +153,7 @@ def _channel_stage(x, g, gamma, beta, out, stats, channels, inner, parts, eps, m
         if stage == DEVIATIONS:
             acc = 0.0
             for e in range(lo + lane, hi, THREADS):
-                d = float64(x[((e // inner) * channels + ch) * inner + e % inner]) - mean
+                d = float64(x[_at(e, ch, channels, inner)]) - mean
                 acc += d * d
             acc = lane_sum(buf, lane, acc, False)
             if lane == 0:
@@ -170,7 +174,7 @@ def _channel_stage(x, g, gamma, beta, out, stats, channels, inner, parts, eps, m
             sum_g = 0.0
             sum_gx = 0.0
             for e in range(lo + lane, hi, THREADS):
-                at = ((e // inner) * channels + ch) * inner + e % inner
+                at = _at(e, ch, channels, inner)
                 gv = float64(g[at])
                 sum_g += gv
                 sum_gx += gv * (float64(x[at]) - mean) * inv
@@ -183,7 +187,7 @@ def _channel_stage(x, g, gamma, beta, out, stats, channels, inner, parts, eps, m
         if mode == NORMALISE:
             scale, shift = float64(gamma[ch]) * inv, float64(beta[ch])
             for e in range(lo + lane, hi, THREADS):
-                at = ((e // inner) * channels + ch) * inner + e % inner
+                at = _at(e, ch, channels, inner)
                 out[at] = (float64(x[at]) - mean) * scale + shift
             continue
         sum_gx = _total(stats, 3, ch, parts)
@@ -195,7 +199,7 @@ def _channel_stage(x, g, gamma, beta, out, stats, channels, inner, parts, eps, m
         mean_gx = sum_gx / count
         scale = float64(gamma[ch]) * inv
         for e in range(lo + lane, hi, THREADS):
-            at = ((e // inner) * channels + ch) * inner + e % inner
+            at = _at(e, ch, channels, inner)
             xhat = (float64(x[at]) - mean) * inv
             out[at] = scale * (float64(g[at]) - mean_g - xhat * mean_gx)
 

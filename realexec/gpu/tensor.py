@@ -21,9 +21,8 @@ from __future__ import annotations
 import math
 from math import prod
 
-import numpy as np
-
 from realexec.gpu.launch import (
+    F64,
     MAX_BLOCKS,
     SCRATCH,
     THREADS,
@@ -41,7 +40,6 @@ from realexec.gpu.launch import (
 
 SIGMOID, TANH, CAST = range(3)
 MAX_DIMS = 4  # kept (and summed) runs of dims a sum_axis kernel takes after merging
-F64 = np.dtype(np.float64)
 
 
 @jit(cache=True)
