@@ -1,7 +1,8 @@
 """With `pin=True` the compiled engine pins each CPU worker to a core of its own, in turn over
 the cores the process may use, and unpins it while it runs Python ops; other lanes' threads
-(GPU launchers) and the frontend stay where the OS puts them. By default it leaves every thread
-alone."""
+(GPU launchers) and the frontend stay where the OS puts them. By default every thread keeps the
+process's cores (a worker that moves off a busy worker's core takes them all back at once:
+`realexec.engine.placement`, tests/test_placement.py)."""
 
 import os
 import threading

@@ -40,6 +40,7 @@ from realexec.cpu.loops import (
     binary_flat,
     scalar_flat,
 )
+from realexec.engine import placement
 from realexec.engine import table as t
 from realexec.engine.atomics import fetch_add, gemm, load, now_ns, pointer
 
@@ -180,6 +181,7 @@ def work(s, lane, worker):
         if load(s, t.H_STOP):
             if busy:
                 fetch_add(s, t.H_BUSY, -1)
+                placement.idle(s, worker)
             if spinning:
                 t.unspin(s, lane)
             return -1
@@ -187,12 +189,15 @@ def work(s, lane, worker):
         if slot < 0:
             if busy:
                 fetch_add(s, t.H_BUSY, -1)
+                placement.idle(s, worker)
                 busy = False
             spinning = t.idle(s, lane, idle_since, spinning)
             continue
         if spinning:
             t.unspin(s, lane)
             spinning = False
+        # off a busy worker's core, where the OS may have woken or moved this thread
+        placement.busy(s, worker, not busy)
         if not busy:
             fetch_add(s, t.H_BUSY, 1)
             busy = True
@@ -200,6 +205,7 @@ def work(s, lane, worker):
         kind = s[base + t.F_KIND]
         if kind == PYTHON or s[base + t.F_FAILED] != 0:
             fetch_add(s, t.H_BUSY, -1)  # Python runs it; back in here, counted anew
+            # (its core stays taken: a worker it wakes from Python must not queue behind it)
             return slot
         s[base + t.F_START] = now_ns()
         dtype = s[base + t.F_DTYPE]

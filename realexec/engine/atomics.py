@@ -10,7 +10,9 @@ array items, the spin-wait hint, the monotonic clock, futexes, and arrays over r
   (little-endian: the item's first 4 bytes), at most `timeout_ns`; `futex_wake(a, i, n)` wakes n
   sleepers. Linux only (x86-64, aarch64); elsewhere the wait is a `sched_yield`, so a sleeping
   thread becomes a slow spinner, and nothing else changes.
-- `cpu()`: the core the calling thread runs on now (sched_getcpu; -1 where there is none).
+- `cpu()`: the core the calling thread runs on now (sched_getcpu; -1 where there is none);
+  `set_affinity(a, i, nwords)`: the calling thread may run only on the cores whose bits are set
+  in a[i:i + nwords] (a cpu_set_t; sched_setaffinity; nothing where there is no futex).
 - `pointer(address)`: a `voidptr` for `numba.carray(pointer(address), n, dtype)`.
 - `gemm(fn, ...)`: a row-major matrix product through the CBLAS function at address `fn`.
 
@@ -162,6 +164,20 @@ def cpu(typingctx):
         return builder.call(_libc(builder, "sched_getcpu", ir.IntType(32), []), [])
 
     return types.int32(), codegen
+
+
+@intrinsic
+def set_affinity(typingctx, a, i, nwords):
+    def codegen(context, builder, signature, args):
+        if FUTEX:  # Linux: pid 0 is the calling thread
+            mask = builder.bitcast(_item(context, builder, signature, args), cgutils.voidptr_t)
+            fn = _libc(builder, "sched_setaffinity", ir.IntType(32),
+                       [ir.IntType(32), _I64, cgutils.voidptr_t])
+            builder.call(fn, [ir.Constant(ir.IntType(32), 0), builder.mul(args[2], _I64(8)),
+                              mask])
+        return context.get_dummy_value()
+
+    return types.void(a, types.intp, types.int64), codegen
 
 
 @intrinsic

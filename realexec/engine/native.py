@@ -26,7 +26,8 @@ Differences, and why:
 - with `pin=True` CPU workers run the compiled loop pinned to a core each, so a woken worker
   runs on its own core at once instead of queueing 1-5 ms behind the worker that woke it
   (`_cores`): two workers drain two chains of 10 us ops 2x faster than one, where the OS's
-  placement gave 1.0-1.4x. A worker running Python ops is unpinned meanwhile: pinned beside
+  placement gave 1.0-1.4x. (Unpinned, a worker that the OS left on a busy worker's core now
+  moves itself to a free one, `realexec.engine.placement`: 1.7-1.9x.) A worker running Python ops is unpinned meanwhile: pinned beside
   the frontend, it contended with it for that core and the GIL, and 8.1's imperative MLP
   (products and a graph op) ran 40% slower. An idle worker on the core the (awake) frontend
   pushes from does not spin (`table.idle`): pinned there, it took the ops the other worker
@@ -51,7 +52,7 @@ import numpy as np
 from asyncsim.nd.deps import Deps
 from asyncsim.nd.trace import Span
 from realexec.cpu.worker import GEMM_ADDRESSES, PYTHON, run_native, work
-from realexec.engine import shutdown
+from realexec.engine import placement, shutdown
 from realexec.engine import table as t
 from realexec.engine.core import FRONTEND, Lane, default_workers, settings
 from realexec.engine.deps import Failure, OpError, Var
@@ -85,6 +86,8 @@ class NativeEngine(shutdown.Ending):
         self._harvest_every = min(2 * _BLOCK, capacity // 2)
         self._buf, self.state = t.new_state(capacity, int(IDLE_SPIN_S * 1e9), default_workers(),
                                             GEMM_ADDRESSES)
+        if not pin and hasattr(os, "sched_getaffinity"):  # (pinned workers stay put)
+            placement.allow(self.state, os.sched_getaffinity(0))
         self._done = _done_in(self._buf, capacity)  # a closure: no reference cycle to self
         self._deps = Deps(finished=self._done)
         self._ops: list = [None] * capacity  # per slot: (name, op_id, reads, writes, fn, args)

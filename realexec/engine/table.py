@@ -58,7 +58,11 @@ H_DONE, H_LOW, H_GEN = 16, 17, 18  # written by completions
 H_SLEEPERS, H_WAIT_KIND, H_WAIT_TARGET = 24, 25, 26  # blockers asleep, and what one waits for
 H_STOP, H_CAP, H_NEDGES, H_SPIN_NS, H_CORES = 32, 33, 34, 35, 36  # read-mostly
 H_GEMM = 37  # read-mostly: the sgemm and dgemm addresses (H_GEMM + dtype; 0: none)
+H_PLACES = 39  # read-mostly: where the workers' cores are kept (`realexec.engine.placement`);
+# 0: workers are not moved
 H_BUSY, H_SPINNING = 40, 41  # worker threads running ops now, and idle ones spinning
+H_BLOCKING = 42  # threads inside `wait` (a frontend there leaves its core to the workers)
+H_WORKERS = 43  # worker indices seen by `placement.busy` (one past the highest)
 LANES, LANE_FIELDS, MAX_LANES = 48, 8, 16  # a lane's header: a cache line
 Q_HEAD, Q_TAIL, Q_FUTEX, Q_SLEEPERS, Q_SPINNERS = range(5)
 OPS = LANES + LANE_FIELDS * MAX_LANES
@@ -70,6 +74,10 @@ STRIDE = 24
 PENDING, QUEUED, RUNNING, DONE = 1, 2, 3, 4
 FAILED_OWN, FAILED_INHERITED = 1, 2
 EDGES_PER_OP = 4  # the edge pool: a successor list entry per dependency in flight
+# after the rings: the cores the process may use and a scratch mask (cpu_set_t, 1024 bits each),
+# and per worker the core it runs an op on now, plus one (0: idle); `realexec.engine.placement`
+MASK_WORDS, MAX_WORKERS = 16, 64
+PLACE_WORDS = 2 * MASK_WORDS + MAX_WORKERS
 
 
 def new_state(cap: int, spin_ns: int, cores: int = 1 << 20,
@@ -79,7 +87,8 @@ def new_state(cap: int, spin_ns: int, cores: int = 1 << 20,
     the `array('q')` Python reads and a numpy view of the same memory for compiled code."""
     assert cap & (cap - 1) == 0, cap
     nedges = EDGES_PER_OP * cap
-    size = OPS + STRIDE * cap + 2 * nedges + MAX_LANES * cap
+    places = OPS + STRIDE * cap + 2 * nedges + MAX_LANES * cap
+    size = places + PLACE_WORDS
     buf = array("q", bytes(8 * size))
     state = np.frombuffer(buf, np.int64)
     state[H_CAP], state[H_NEDGES], state[H_SPIN_NS] = cap, nedges, spin_ns
@@ -92,7 +101,7 @@ def new_state(cap: int, spin_ns: int, cores: int = 1 << 20,
     state[edges: edges + nedges] = np.arange(1, nedges + 1)  # the free list: each to the next
     state[edges + nedges - 1] = -1
     state[H_EFREE] = 0
-    return buf, state
+    return buf, state  # H_PLACES = 0: `placement.allow` turns moves on
 
 
 def column(state: np.ndarray, cap: int, f: int) -> np.ndarray:
@@ -384,6 +393,15 @@ def wake_all(s, lanes):
 
 @njit(nogil=True, cache=True)
 def wait(s, kind, target, spin_ns, sleep_ns):
+    """`_wait`, counted in `H_BLOCKING` meanwhile."""
+    fetch_add(s, H_BLOCKING, 1)
+    held = _wait(s, kind, target, spin_ns, sleep_ns)
+    fetch_add(s, H_BLOCKING, -1)
+    return held
+
+
+@njit(nogil=True, cache=True)
+def _wait(s, kind, target, spin_ns, sleep_ns):
     """Until the condition holds (True) or about spin_ns + sleep_ns pass (False): spin with
     `pause` (a `sched_yield` every ~5 us, so a worker sharing this core runs), then sleep on the
     completions' futex word. kind 0: token `target` is done; kind 1: `target` ops are done;

@@ -1,0 +1,109 @@
+"""Where the compiled engine's CPU workers run: a worker that finds a busy worker on its core moves
+itself to a core that neither a busy worker nor the (pushing) frontend uses.
+
+Why: the OS queues a thread woken by a futex on or near the core of the thread that woke it,
+and may leave it there for a scheduler tick or more (1-4 ms measured here) while the other core
+idles. On the 2-core VMs this project measures on, a worker woken by the other (a completion
+made two chains of ops ready) so started 1.5-4 ms late, and two workers drained two chains of
+10 us ops no faster than one (1.0x; pinned to a core each: 1.9x). Pinning has costs of its own
+(`engine="native-pinned"`), so the default engine corrects the OS only where it plainly went
+wrong: before each op a worker reads its core (`sched_getcpu`, a few ns); if a busy worker is
+there too and a core is free, it asks the OS for that core and then gives itself every allowed
+core back (two `sched_setaffinity` calls; the second does not move it). The core the frontend
+pushes from is not free unless the frontend waits in a blocker (`table.H_BLOCKING`).
+
+Measured with `benchmarks/small_ops.py` (two chains of 200 x 2 ops queued behind a gate, 2
+workers against 1, 2-core Intel Xeon VM): 400^2 float32 (11 us kernels) 0.98x before, 1.7-1.9x
+after; a loop pushing the same ops one at a time runs at 0.9-1.0x, as before. Giving the
+waker's core up at each wake-up (`sched_yield`) was tried as well: no better drained, and the
+loop then ran 12% slower on two workers than on one.
+
+State (in `realexec.engine.table`'s array, after the lane rings): the cores the process may use
+and a scratch mask, each a cpu_set_t of `MASK_WORDS` int64 words, then per worker index its core
+plus one while it runs ops (0 while idle; a worker running a Python op keeps its core, so one it
+wakes from Python moves away from it), written with plain stores: a stale read costs one
+needless move or one missed one, never a wrong result. Cores 0..63 only; workers past
+`MAX_WORKERS`, or a process allowed cores above 63, are never moved.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from realexec.engine import table as t
+from realexec.engine.atomics import cpu, load, set_affinity, store
+
+__all__ = ["allow", "busy", "idle", "cores_of"]
+
+
+def allow(state: np.ndarray, cores) -> bool:
+    """Let the engine move its workers among `cores` (the process's own, e.g.
+    `os.sched_getaffinity(0)`). False, and nothing turned on, for an empty set or one with a
+    core above 63."""
+    cores = sorted(cores)
+    if not cores or cores[-1] >= 64:
+        return False
+    base = t.OPS + t.STRIDE * state[t.H_CAP] + 2 * state[t.H_NEDGES] + t.MAX_LANES * state[t.H_CAP]
+    mask = 0
+    for c in cores:
+        mask |= 1 << c
+    state[base: base + t.PLACE_WORDS] = 0
+    state[base] = np.int64(np.uint64(mask).view(np.int64))
+    state[t.H_PLACES] = base
+    return True
+
+
+def cores_of(state: np.ndarray, workers: int) -> list[int]:
+    """Each worker's core while it runs ops, -1 while idle (for tests and diagnostics)."""
+    base = state[t.H_PLACES]
+    if base == 0:
+        return [-1] * workers
+    first = base + 2 * t.MASK_WORDS
+    return [int(c) - 1 for c in state[first: first + workers]]
+
+
+@njit(nogil=True, cache=True)
+def busy(s, worker, fresh):
+    """Worker `worker` is about to run an op (`fresh`: its first since it was idle): if a busy
+    worker shares its core, move it to a core of the process's that no busy worker uses; then
+    say where it runs. The core the frontend pushes from counts as free only while the frontend
+    waits in a blocker: a push-bound loop of 10 us ops ran 40% slower per op on two workers
+    than on one when the second moved in beside the frontend (`benchmarks/small_ops.py`)."""
+    base = s[t.H_PLACES]
+    if base == 0 or worker >= t.MAX_WORKERS:
+        return
+    here = cpu()
+    if here < 0 or here >= 64:
+        return
+    first = base + 2 * t.MASK_WORDS
+    if load(s, t.H_WORKERS) <= worker:
+        store(s, t.H_WORKERS, worker + 1)  # a race may lose a worker here: it is seen next op
+    used = 0
+    for j in range(load(s, t.H_WORKERS)):
+        c = load(s, first + j) - 1
+        if j != worker and 0 <= c < 64:
+            used |= 1 << c
+    if used & (1 << here):
+        front = load(s, t.H_FRONT_CPU)
+        if load(s, t.H_BLOCKING) == 0 and 0 <= front < 64:
+            used |= 1 << front  # the frontend runs there, pushing: leave it its core
+        free = s[base] & ~used
+        if free != 0:
+            target = 0
+            while not (free >> target) & 1:
+                target += 1
+            scratch = base + t.MASK_WORDS
+            s[scratch] = 1 << target
+            set_affinity(s, scratch, t.MASK_WORDS)  # the OS moves this thread now
+            set_affinity(s, base, t.MASK_WORDS)  # and may move it again later, as before
+            here = target
+    store(s, first + worker, here + 1)
+
+
+@njit(nogil=True, cache=True)
+def idle(s, worker):
+    """Worker `worker` has no op to run: its core no longer counts as taken."""
+    base = s[t.H_PLACES]
+    if base != 0 and worker < t.MAX_WORKERS:
+        store(s, base + 2 * t.MASK_WORDS + worker, 0)

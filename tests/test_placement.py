@@ -1,0 +1,90 @@
+"""The compiled engine's placement rule (`realexec.engine.placement`): a worker that finds a busy
+worker on its core moves to a core free of busy workers and of the pushing frontend; otherwise
+it stays, and says where it runs. The calling thread stands in for the worker: it is pinned to
+one core first, so the core it starts on is known, and its affinity is restored afterwards."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from numba import njit
+
+from realexec.engine import placement
+from realexec.engine import table as t
+from realexec.engine.atomics import FUTEX, cpu
+
+pytestmark = pytest.mark.skipif(not FUTEX or not hasattr(os, "sched_setaffinity"),
+                                reason="placement acts on Linux only")
+
+
+@njit(cache=True)
+def _core():
+    return cpu()
+
+
+def _state(cores):
+    buf, s = t.new_state(16, 0)
+    assert placement.allow(s, cores)
+    return buf, s
+
+
+@pytest.fixture
+def two_cores():
+    """(this core, another): the thread is pinned to the first while the test runs."""
+    mine = sorted(os.sched_getaffinity(0))
+    if len(mine) < 2:
+        pytest.skip("needs two cores")
+    os.sched_setaffinity(0, {mine[0]})
+    try:
+        yield mine[0], mine[1]
+    finally:
+        os.sched_setaffinity(0, set(mine))
+
+
+def test_allow_refuses_what_it_cannot_mask():
+    buf, s = t.new_state(16, 0)
+    assert not placement.allow(s, set())
+    assert not placement.allow(s, {3, 64})
+    assert s[t.H_PLACES] == 0  # moves stay off
+    assert placement.cores_of(s, 2) == [-1, -1]
+
+
+def test_a_worker_says_where_it_runs_and_clears_it_when_idle(two_cores):
+    here, _ = two_cores
+    buf, s = _state({here})
+    placement.busy(s, 1, True)
+    assert placement.cores_of(s, 2) == [-1, here]
+    placement.idle(s, 1)
+    assert placement.cores_of(s, 2) == [-1, -1]
+
+
+def test_a_worker_beside_a_busy_one_moves_to_the_free_core(two_cores):
+    here, other = two_cores
+    buf, s = _state({here, other})
+    s[t.H_BLOCKING] = 1  # the frontend waits in a blocker: its core is free too
+    placement.busy(s, 1, True)  # worker 1 busy here
+    placement.busy(s, 0, True)  # worker 0 wakes here as well
+    assert placement.cores_of(s, 2) == [other, here]
+    assert _core() == other  # the OS moved this thread
+    assert os.sched_getaffinity(0) == {here, other}  # and every allowed core is given back
+
+
+def test_the_pushing_frontends_core_is_not_taken(two_cores):
+    here, other = two_cores
+    buf, s = _state({here, other})
+    s[t.H_FRONT_CPU] = other  # the frontend pushes there, not from inside a blocker
+    placement.busy(s, 1, True)
+    placement.busy(s, 0, True)
+    assert placement.cores_of(s, 2) == [here, here]  # nowhere better: it stays
+    assert os.sched_getaffinity(0) == {here}  # untouched
+
+
+def test_nothing_moves_when_placement_is_off(two_cores):
+    here, other = two_cores
+    buf, s = t.new_state(16, 0)  # no `allow`: as with pinned workers
+    s[t.H_BLOCKING] = 1
+    placement.busy(s, 1, True)
+    placement.busy(s, 0, True)
+    assert placement.cores_of(s, 2) == [-1, -1]
+    assert os.sched_getaffinity(0) == {here}
