@@ -188,6 +188,23 @@ def test_forget_drops_a_var_entirely():
     deps.forget("never-seen")  # forgetting an unknown var is harmless
 
 
+@settings(max_examples=100, deadline=None)
+@given(program=st.lists(st.tuples(st.lists(st.integers(0, 3), max_size=3),
+                                  st.lists(st.integers(0, 3), max_size=2, unique=True)),
+                        min_size=1, max_size=12), var=st.integers(0, 3))
+def test_drop_is_users_then_forget(program, var):
+    """What a deletion asks in one step: the same tokens as `users`, and the var forgotten."""
+    one, two = Deps(), Deps()
+    for token, (reads, writes) in enumerate(program):
+        one.add(token, tuple(reads), tuple(writes))
+        two.add(token, tuple(reads), tuple(writes))
+    expected = one.users(var)
+    one.forget(var)
+    assert two.drop(var) == expected
+    assert two.users(var) == [] and two.last_write(var) is None
+    assert two.writer == one.writer and two.readers == one.readers
+
+
 # -- random programs against the brute-force rules ---------------------------------------------
 
 VARS = 4

@@ -91,6 +91,14 @@ class Deps:
         w = self.writer.get(var)
         return [] if w is None else [w]
 
+    def drop(self, var) -> list[int]:
+        """`users(var)`, then `forget(var)`, in one step (a freed var's deletion waits for them)."""
+        rs = self.readers.pop(var, None)
+        w = self.writer.pop(var, None)
+        if rs:
+            return rs
+        return [] if w is None else [w]
+
     def forget(self, var) -> None:
         """Drop a var that no op will name again (it was freed)."""
         self.writer.pop(var, None)

@@ -59,6 +59,12 @@ def size_class(nbytes: int) -> int:
     return -(-nbytes // _LARGE_STEP) * _LARGE_STEP
 
 
+# id(buffer) -> (buffer, its address), for every buffer a Pool made that is live or cached: the
+# compiled engine's push needs each output's address, and asking numpy (or a compiled call) cost
+# 0.4-1 us an op; holding the buffer keeps its id from being reused
+ADDRESSES: dict[int, tuple[np.ndarray, int]] = {}
+
+
 class BufferCache:
     """Free buffers by size class, shared by every Pool of one device in this process (as
     PyTorch's caching allocator is), so a second run reuses the first run's pages. A buffer is
@@ -70,12 +76,16 @@ class BufferCache:
         self.max_bytes = max_bytes
         self.cached_bytes = 0
         self.free: dict[int, list[np.ndarray]] = {}  # size class -> released arrays
+        self.addresses = ADDRESSES  # one for every device's cache (ids are unique)
         # re-entrant: a tracer (a debugger, coverage) runs Python code at every line, even inside
         # a section below, and a collection started there may release an array on this thread
         self.lock = threading.RLock()
 
     def clear(self) -> None:
         with self.lock:
+            for arrays in self.free.values():
+                for array in arrays:
+                    self.addresses.pop(id(array.base), None)
             self.free.clear()
             self.cached_bytes = 0
 
@@ -201,8 +211,11 @@ class Pool:
             return np.ndarray(shape, dt, spare.base)
         # a fresh buffer, made before it is counted (a request that fails leaves no trace), and
         # outside the lock: fresh pages may take a while
-        fresh = np.ndarray(shape, dt, _fresh_buffer(size, nbytes, self.device))
+        raw = _fresh_buffer(size, nbytes, self.device)
+        fresh = np.ndarray(shape, dt, raw)
+        where = raw.ctypes.data  # once per buffer (see `address`)
         with cache.lock:
+            cache.addresses[id(raw)] = (raw, where)
             self.misses += 1
             self.live_bytes += nbytes
             live = self.live_bytes
@@ -227,6 +240,8 @@ class Pool:
             if cache.cached_bytes + size <= cache.max_bytes:
                 cache.free.setdefault(size, spare).append(array)
                 cache.cached_bytes += size
+            else:  # back to the OS once the array goes
+                cache.addresses.pop(id(raw), None)
 
     def track(self, nbytes: int) -> None:
         """Count `nbytes` of a buffer that this Pool did not hand out as live on its device (the

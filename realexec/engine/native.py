@@ -27,11 +27,12 @@ Differences, and why:
   runs on its own core at once instead of queueing 1-5 ms behind the worker that woke it
   (`_cores`): two workers drain two chains of 10 us ops 2x faster than one, where the OS's
   placement gave 1.0-1.4x. (Unpinned, a worker that the OS left on a busy worker's core now
-  moves itself to a free one, `realexec.engine.placement`: 1.7-1.9x.) A worker running Python ops is unpinned meanwhile: pinned beside
-  the frontend, it contended with it for that core and the GIL, and 8.1's imperative MLP
-  (products and a graph op) ran 40% slower. An idle worker on the core the (awake) frontend
-  pushes from does not spin (`table.idle`): pinned there, it took the ops the other worker
-  could have run, and a loop of small ops pushed one at a time ran at ~9 us an op, not ~5.5.
+  moves itself to a free one, `realexec.engine.placement`: 1.7-1.9x.) A worker running Python
+  ops is unpinned meanwhile: pinned beside the frontend, it contended with it for that core
+  and the GIL, and 8.1's imperative MLP (products and a graph op) ran 40% slower. An idle
+  worker on the core the (awake) frontend pushes from does not spin (`table.idle`): pinned
+  there, it took the ops the other worker could have run, and a loop of small ops pushed one at
+  a time ran at ~9 us an op, not ~5.5.
   Not the default: over three calibrated collections the model's error was no better pinned
   (median 9.2%, max 61%, against 8.6% and 47%), the model knowing nothing of placement;
 - spans of native ops are read out of the table in blocks (`_harvest`), at pushes and when the
@@ -225,8 +226,7 @@ class NativeEngine(shutdown.Ending):
 
     def delete_var(self, var, fn=None, args=()) -> None:
         """Call `fn(*args)` (give the var's memory back) once every op on `var` is done."""
-        users = self._deps.users(var)
-        self._deps.forget(var)
+        users = self._deps.drop(var)
         if fn is None:
             return
         if self._closed or all(map(self._done, users)):
