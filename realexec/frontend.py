@@ -46,7 +46,7 @@ from realexec.cpu import kernels as cpu
 from realexec.cpu.worker import DTYPES, address, native_op
 from realexec.engine.core import FRONTEND, Engine, default_workers
 from realexec.engine.deps import Var
-from realexec.engine.memory import Pool, RssProbe
+from realexec.engine.memory import ADDRESSES, Pool, RssProbe
 from realexec.engine.native import NativeEngine
 from realexec.engine.shutdown import EngineStopped, trace_log
 from realexec.gpu.backend import GpuBackend
@@ -71,7 +71,6 @@ class EngineBackend(GpuBackend):
         self.kernels = cpu.KERNELS
         self.vars: dict = {}  # frontend var id -> engine Var (its name is its device)
         self._release_cpu = self.pools["cpu"].release  # bound once: a free per op passes it
-        self._addresses = self.pools["cpu"].cache.addresses  # every CPU pool's buffers
         self._native = isinstance(engine, NativeEngine)  # elementwise ops run compiled
         self._on_device: dict[int, str] = {}  # op id -> cpu(i), i > 0, that it ran for
         self._init_gpu()
@@ -155,12 +154,11 @@ class EngineBackend(GpuBackend):
         """Push an op that the compiled CPU worker runs itself, over the buffers' addresses."""
         kind, code, scalar = coded
         data = out.data
-        known = self._addresses
-        a = b = c = out.ptr or _address_of(out, known)
+        a = b = c = out.ptr or _address_of(out)
         if reads:
-            a = b = reads[0].ptr or _address_of(reads[0], known)
+            a = b = reads[0].ptr or _address_of(reads[0])
             if len(reads) > 1:
-                b = reads[1].ptr or _address_of(reads[1], known)
+                b = reads[1].ptr or _address_of(reads[1])
         self.engine.push_native(kind, code, DTYPES[data.dtype], data.size, a, b, c, scalar,
                                 reads, (out,), "cpu", op.name, op.id, t_issue)
 
@@ -265,13 +263,13 @@ class EngineBackend(GpuBackend):
             self._rss.close()
 
 
-def _address_of(var, known: dict) -> int:
-    """A CPU var's buffer address, learned once: from its pool's `BufferCache.addresses` (a
-    pool hands out arrays at offset 0 of their buffers), else by a compiled call (0.4 us; numpy's
-    own costs ~1 us)."""
+def _address_of(var) -> int:
+    """A CPU var's buffer address, learned once: from `memory.ADDRESSES` (a pool hands out
+    arrays at offset 0 of their buffers), else by a compiled call (0.4 us; numpy's own costs
+    ~1 us)."""
     data = var.data
-    entry = known.get(id(data.base))
-    var.ptr = entry[1] if entry is not None else address(data.reshape(-1))
+    where = ADDRESSES.get(id(data.base))
+    var.ptr = where if where is not None else address(data.reshape(-1))
     return var.ptr
 
 

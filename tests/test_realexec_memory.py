@@ -5,6 +5,7 @@ peak bytes in the Trace, process RSS as "cpu:rss".
 
 from __future__ import annotations
 
+import gc
 import threading
 
 import numpy as np
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 import realexec
 from realexec.cpu import kernels as cpu
-from realexec.engine.memory import BufferCache, Pool, RssProbe, size_class
+from realexec.engine.memory import ADDRESSES, BufferCache, Pool, RssProbe, size_class
 
 MIB = 1 << 20
 
@@ -53,6 +54,26 @@ def test_cache_drops_buffers_beyond_its_cap():
     for a in arrays:
         pool.release(a)
     assert cache.cached_bytes == 4 * MIB
+
+
+def test_a_buffers_address_is_known_while_it_exists():
+    """Every buffer a Pool makes is listed with its address (the compiled push reads it there)
+    for as long as the buffer exists, whether an array of it is live or cached, and not after:
+    an id that Python reuses for another object finds nothing."""
+    cache = BufferCache(max_bytes=4 * MIB)
+    pool = Pool("cpu", cache)
+    a = pool.acquire((MIB,), "float32")
+    key = id(a.base)
+    assert ADDRESSES[key] == a.ctypes.data
+    pool.release(a)
+    b = pool.acquire((1000,), "float64")  # another class: the cached buffer stays listed
+    assert ADDRESSES[key] == a.ctypes.data
+    pool.release(b)
+    del a, b
+    assert key in ADDRESSES  # cached still
+    cache.clear()
+    gc.collect()
+    assert key not in ADDRESSES
 
 
 def gated(name, gate):

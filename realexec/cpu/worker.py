@@ -197,7 +197,7 @@ def work(s, lane, worker):
             t.unspin(s, lane)
             spinning = False
         # off a busy worker's core, where the OS may have woken or moved this thread
-        placement.busy(s, worker, not busy)
+        placement.busy(s, worker)
         if not busy:
             fetch_add(s, t.H_BUSY, 1)
             busy = True

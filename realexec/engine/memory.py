@@ -38,6 +38,7 @@ import math
 import os
 import sys
 import threading
+import weakref
 from array import array
 from time import perf_counter_ns
 
@@ -59,10 +60,10 @@ def size_class(nbytes: int) -> int:
     return -(-nbytes // _LARGE_STEP) * _LARGE_STEP
 
 
-# id(buffer) -> (buffer, its address), for every buffer a Pool made that is live or cached: the
-# compiled engine's push needs each output's address, and asking numpy (or a compiled call) cost
-# 0.4-1 us an op; holding the buffer keeps its id from being reused
-ADDRESSES: dict[int, tuple[np.ndarray, int]] = {}
+# id(buffer) -> its address, for every buffer a Pool made, while the buffer exists (a finalizer
+# drops the entry before the id can be reused): the compiled engine's push needs each output's
+# address, and asking numpy (or a compiled call) cost 0.4-1 us an op
+ADDRESSES: dict[int, int] = {}
 
 
 class BufferCache:
@@ -76,16 +77,12 @@ class BufferCache:
         self.max_bytes = max_bytes
         self.cached_bytes = 0
         self.free: dict[int, list[np.ndarray]] = {}  # size class -> released arrays
-        self.addresses = ADDRESSES  # one for every device's cache (ids are unique)
         # re-entrant: a tracer (a debugger, coverage) runs Python code at every line, even inside
         # a section below, and a collection started there may release an array on this thread
         self.lock = threading.RLock()
 
     def clear(self) -> None:
         with self.lock:
-            for arrays in self.free.values():
-                for array in arrays:
-                    self.addresses.pop(id(array.base), None)
             self.free.clear()
             self.cached_bytes = 0
 
@@ -213,9 +210,9 @@ class Pool:
         # outside the lock: fresh pages may take a while
         raw = _fresh_buffer(size, nbytes, self.device)
         fresh = np.ndarray(shape, dt, raw)
-        where = raw.ctypes.data  # once per buffer (see `address`)
+        ADDRESSES[id(raw)] = raw.ctypes.data  # once per buffer
+        weakref.finalize(raw, ADDRESSES.pop, id(raw), None)
         with cache.lock:
-            cache.addresses[id(raw)] = (raw, where)
             self.misses += 1
             self.live_bytes += nbytes
             live = self.live_bytes
@@ -240,8 +237,6 @@ class Pool:
             if cache.cached_bytes + size <= cache.max_bytes:
                 cache.free.setdefault(size, spare).append(array)
                 cache.cached_bytes += size
-            else:  # back to the OS once the array goes
-                cache.addresses.pop(id(raw), None)
 
     def track(self, nbytes: int) -> None:
         """Count `nbytes` of a buffer that this Pool did not hand out as live on its device (the

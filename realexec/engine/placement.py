@@ -7,7 +7,7 @@ idles. On the 2-core VMs this project measures on, a worker woken by the other (
 made two chains of ops ready) so started 1.5-4 ms late, and two workers drained two chains of
 10 us ops no faster than one (1.0x; pinned to a core each: 1.9x). Pinning has costs of its own
 (`engine="native-pinned"`), so the default engine corrects the OS only where it plainly went
-wrong: before each op a worker reads its core (`sched_getcpu`, a few ns); if a busy worker is
+wrong: before each op a worker reads its core (`sched_getcpu`, tens of ns); if a busy worker is
 there too and a core is free, it asks the OS for that core and then gives itself every allowed
 core back (two `sched_setaffinity` calls; the second does not move it). The core the frontend
 pushes from is not free unless the frontend waits in a blocker (`table.H_BLOCKING`).
@@ -64,12 +64,13 @@ def cores_of(state: np.ndarray, workers: int) -> list[int]:
 
 
 @njit(nogil=True, cache=True)
-def busy(s, worker, fresh):
-    """Worker `worker` is about to run an op (`fresh`: its first since it was idle): if a busy
-    worker shares its core, move it to a core of the process's that no busy worker uses; then
-    say where it runs. The core the frontend pushes from counts as free only while the frontend
-    waits in a blocker: a push-bound loop of 10 us ops ran 40% slower per op on two workers
-    than on one when the second moved in beside the frontend (`benchmarks/small_ops.py`)."""
+def busy(s, worker):
+    """Worker `worker` is about to run an op: if a busy worker shares its core, move it to a
+    core of the process's that no busy worker uses; then say where it runs. Before every op, not
+    only the first after a wake-up: the OS may move a busy thread onto another's core. The core
+    the frontend pushes from counts as free only while the frontend waits in a blocker: a
+    push-bound loop of 10 us ops ran 35% slower per op on two workers than on one when the
+    second moved in beside the frontend (`benchmarks/small_ops.py`)."""
     base = s[t.H_PLACES]
     if base == 0 or worker >= t.MAX_WORKERS:
         return
