@@ -27,7 +27,7 @@ Differences, and why:
   runs on its own core at once instead of queueing 1-5 ms behind the worker that woke it
   (`_cores`): two workers drain two chains of 10 us ops 2x faster than one, where the OS's
   placement gave 1.0-1.4x. (Unpinned, a worker that the OS left on a busy worker's core now
-  moves itself to a free one, `realexec.engine.placement`: 1.7-1.9x.) A worker running Python
+  moves itself to a free one, `realexec.engine.placement`: 1.66-1.89x.) A worker running Python
   ops is unpinned meanwhile: pinned beside the frontend, it contended with it for that core
   and the GIL, and 8.1's imperative MLP (products and a graph op) ran 40% slower. An idle
   worker on the core the (awake) frontend pushes from does not spin (`table.idle`): pinned

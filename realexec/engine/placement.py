@@ -13,7 +13,7 @@ core back (two `sched_setaffinity` calls; the second does not move it). The core
 pushes from is not free unless the frontend waits in a blocker (`table.H_BLOCKING`).
 
 Measured with `benchmarks/small_ops.py` (two chains of 200 x 2 ops queued behind a gate, 2
-workers against 1, 2-core Intel Xeon VM): 400^2 float32 (11 us kernels) 0.98x before, 1.7-1.9x
+workers against 1, 2-core Intel Xeon VM): 400^2 float32 (11 us kernels) 0.98x before, 1.66-1.89x
 after; a loop pushing the same ops one at a time runs at 0.9-1.0x, as before. Giving the
 waker's core up at each wake-up (`sched_yield`) was tried as well: no better drained, and the
 loop then ran 12% slower on two workers than on one.
