@@ -44,7 +44,7 @@ def allow(state: np.ndarray, cores) -> bool:
     cores = sorted(cores)
     if not cores or cores[-1] >= 64:
         return False
-    base = t.OPS + t.STRIDE * state[t.H_CAP] + 2 * state[t.H_NEDGES] + t.MAX_LANES * state[t.H_CAP]
+    base = t.places_at(int(state[t.H_CAP]), int(state[t.H_NEDGES]))
     mask = 0
     for c in cores:
         mask |= 1 << c

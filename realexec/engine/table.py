@@ -87,8 +87,7 @@ def new_state(cap: int, spin_ns: int, cores: int = 1 << 20,
     the `array('q')` Python reads and a numpy view of the same memory for compiled code."""
     assert cap & (cap - 1) == 0, cap
     nedges = EDGES_PER_OP * cap
-    places = OPS + STRIDE * cap + 2 * nedges + MAX_LANES * cap
-    size = places + PLACE_WORDS
+    size = places_at(cap, nedges) + PLACE_WORDS
     buf = array("q", bytes(8 * size))
     state = np.frombuffer(buf, np.int64)
     state[H_CAP], state[H_NEDGES], state[H_SPIN_NS] = cap, nedges, spin_ns
@@ -102,6 +101,12 @@ def new_state(cap: int, spin_ns: int, cores: int = 1 << 20,
     state[edges + nedges - 1] = -1
     state[H_EFREE] = 0
     return buf, state  # H_PLACES = 0: `placement.allow` turns moves on
+
+
+def places_at(cap: int, nedges: int) -> int:
+    """Where the placement words start (after the header, the records, the edges and the
+    rings) in a state of `cap` slots and `nedges` edges."""
+    return OPS + STRIDE * cap + 2 * nedges + MAX_LANES * cap
 
 
 def column(state: np.ndarray, cap: int, f: int) -> np.ndarray:
