@@ -139,11 +139,15 @@ def test_memory_with_and_without_a_blocker(profile):
 
 def test_ten_independent_products(profile):
     """8.3 exercise 1 at 256x256: the total within a factor of two, and on both sides ten
-    independent products are not slower than ten chained ones."""
+    independent products are not slower than ten chained ones. The measured order compares each
+    region's fastest of three runs: on a 2-core VM two bare threads doing these products at once
+    took 0.67-2.08x the time of one doing all of them, so one median run ordered the regions by
+    up to 1.22x (one run in 24), where the fastest of three stayed at or below 0.97 (ten tries)."""
     products = scenarios.get("independent_products").workload
     params = dict(n=10, size=256)
     pred = _predict(products, profile, **params)
     meas = _measure(products, profile.workers, **params)
     assert _within(pred.duration, meas.duration, TOTAL), (pred.regions, meas.regions)
     assert pred.regions["independent products"] <= pred.regions["dependent products"]
-    assert meas.regions["independent products"] <= NOISE * meas.regions["dependent products"]
+    best = _best_regions(products, profile.workers, **params)
+    assert best["independent products"] <= NOISE * best["dependent products"], best
