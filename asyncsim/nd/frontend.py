@@ -12,6 +12,10 @@ it to a *backend*:
 A backend implements `issue(op, out_var, host)`, `sync(kind, var)`, `free(var)`,
 `mark(label, begin)` and `check_device(device)`. Frees follow CPython reference counting: when
 the last Python handle to an array goes, `NDArray.__del__` tells the backend, in program order.
+A backend may also have `issue_same(op_id, name, reads, var, shape, dtype, device, attrs,
+nbytes)` (read once; None: it has none), which must do what `issue(*same_records(...), None)`
+does: `ND._same` then hands it its ops without building their records (the compiled engine
+keeps none, and building and reading them cost it 0.7 us of a 7 us op).
 
 This is the real engine's push path too, so it is written for speed (about 1 us per op):
 arithmetic with a number, or with an array of the same shape, dtype and device, and relu and
@@ -34,6 +38,7 @@ from asyncsim.nd.ndarray import CPU, Context, NDArray, _dtype, _scalar
 from asyncsim.nd.program import Op, Var
 
 _TAPE = autograd.STATE  # read once per op: is autograd recording?
+_ITEMSIZE = ops.ITEMSIZE
 
 
 class _Random:
@@ -62,6 +67,7 @@ class ND(Functions):
                              f"live), got {device!r}")
         self._backend = backend
         self._free = backend.free  # bound once: every NDArray's __del__ calls it
+        self._issue_same = getattr(backend, "issue_same", None)
         self._default = CPU if device == "cpu" else Context("gpu", 0)
         self._var_ids = itertools.count()
         self._op_ids = itertools.count()
@@ -193,23 +199,25 @@ class ND(Functions):
         result has that shape, dtype and device and costs a flop per element, so nothing is
         left to infer or to check. tests/test_frontend_fast_path.py holds it to `_op`."""
         first = inputs[0]
-        nbytes = first.nbytes
-        dtype = first.dtype
-        flops = float(nbytes // ops.ITEMSIZE[dtype])
+        # the slots, not their read-only properties: a property read costs twice a slot's
+        nbytes, dtype, shape, device = first._nbytes, first._dtype, first._shape, first._device
         if out is not None:
-            return self._build(next(self._op_ids), name, inputs, attrs, first.ctx, first.device,
-                               first.shape, dtype, nbytes, nbytes * len(inputs), flops, out,
-                               None)
+            return self._build(next(self._op_ids), name, inputs, attrs, first._ctx, device,
+                               shape, dtype, nbytes, nbytes * len(inputs),
+                               float(nbytes // _ITEMSIZE[dtype]), out, None)
         # a fresh result, the common case: `_build` written out, one call less per op
         op_id = next(self._op_ids)
         var = next(self._var_ids)
-        shape, device = first.shape, first.device
         reads = (first.var,) if len(inputs) == 1 else (first.var, inputs[1].var)
         if _TAPE.phase is not None:
             attrs = {**attrs, "phase": _TAPE.phase}
-        op = Op(op_id, name, reads, var, True, device, attrs, flops, nbytes * (1 + len(inputs)))
-        self._backend.issue(op, Var(var, shape, dtype, device, nbytes), None)
-        result = NDArray(self, var, shape, dtype, first.ctx, device, nbytes)
+        if self._issue_same is not None:
+            self._issue_same(op_id, name, reads, var, shape, dtype, device, attrs, nbytes)
+        else:  # `same_records`, written out: one call less per recorded op
+            self._backend.issue(Op(op_id, name, reads, var, True, device, attrs,
+                                   float(nbytes // _ITEMSIZE[dtype]), nbytes * (1 + len(reads))),
+                                Var(var, shape, dtype, device, nbytes), None)
+        result = NDArray(self, var, shape, dtype, first._ctx, device, nbytes)
         if _TAPE.recording:
             autograd.note(result, name, inputs, attrs)
         return result
@@ -243,6 +251,14 @@ class ND(Functions):
         if _TAPE.recording:
             autograd.note(result, name, inputs, attrs)
         return result
+
+
+def same_records(op_id, name, reads, var, shape, dtype, device, attrs, nbytes) -> tuple[Op, Var]:
+    """The Op and the output's Var of op `op_id` of `ops.SAME_SHAPE` on vars `reads`, whose fresh
+    output `var` has their shape, dtype and device (`nbytes` bytes): a flop per element, and
+    every input's bytes read and the output's written."""
+    return (Op(op_id, name, reads, var, True, device, attrs, float(nbytes // _ITEMSIZE[dtype]),
+               nbytes * (1 + len(reads))), Var(var, shape, dtype, device, nbytes))
 
 
 def _shape(name: str, shape) -> tuple[int, ...]:
