@@ -167,7 +167,9 @@ def collect(args, force: bool) -> list:
           f"({time.perf_counter() - start:.1f} s; other processes kept {background:.2f} cores "
           f"busy meanwhile)")
     print("  " + ", ".join(f"{k} {v}" for k, v in us.items())
-          + f", crowd {profile.costs['cpu:elementwise'].crowd:.2f}")
+          + f", crowd {profile.costs['cpu:elementwise'].crowd:.2f}"
+          + (f", llc {profile.llc / 2**20:.0f} MiB, dram {profile.dram / 1e9:.1f} GB/s"
+             if profile.dram else ", llc and dram off"))
     sizes = QUICK_SIZES if args.quick else SIZES
     names = args.only or scenarios.names("cpu")
     summary = []

@@ -148,11 +148,12 @@ class Host:
         """Wake-ups of idle workers so far."""
         return self.queue.wakes
 
-    def prepare(self, op, cost, link: bool, broadcast: bool = False) -> None:
+    def prepare(self, op, cost, link: bool, broadcast: bool = False, cold: float = 0.0) -> None:
         """Split the op's lane cost: (latency with the GIL, bytes time, flops time (without the
         GIL, and not stretched by crowding), crowd), and note whether a compiled worker runs
         it without the GIL (`Profile.native`). `broadcast`: it broadcasts in a way the compiled
-        worker leaves to Python (`ops.native_broadcast` says which it keeps)."""
+        worker leaves to Python (`ops.native_broadcast` says which it keeps). `cold`: seconds
+        its data's trips from main memory add (`asyncsim.model.caches`), bytes time."""
         if link:
             self.parts.append((cost.latency, cost.bytes_time(op.nbytes / 2), 0.0, 0.0))
             self.compiled.append(False)
@@ -161,6 +162,7 @@ class Host:
         by_flops = op.flops / cost.peak if op.flops else 0.0
         if cost.crowd and not by_bytes:  # priced by flops alone (a convolution geometry): that
             by_bytes, by_flops = by_flops, 0.0  # time is what kernels beside it stretch
+        by_bytes += cold
         self.parts.append((cost.latency, by_bytes, by_flops, cost.crowd if by_bytes else 0.0))
         self.compiled.append(self.native and op.name in COMPILED and not broadcast)
 

@@ -172,16 +172,21 @@ class FrontendProcess:
             rule = self.rules[key] = self._rule(op, broadcast)
         issue_cost, lane_cost, link, queue = rule
         self.ops.append(op)
+        cold = 0.0  # what the bytes it finds outside the caches add (`asyncsim.model.caches`)
+        if self.caches is not None and not link and device_kind(op.device) == "cpu":
+            if op.fresh:
+                self.caches.take(op.out)
+            cold = self.caches.extra(op, lane_cost)
         if link:
             self.durations.append(lane_cost.time(op.nbytes / 2, 0.0))
         else:
-            self.durations.append(lane_cost.time(op.nbytes, op.flops))
+            self.durations.append(lane_cost.time(op.nbytes, op.flops) + cold)
         self.kinds.append("copy" if link else "exec")
         self.in_order.append(not any(queue is q for q in self.cpu_queues))
         self.queue_of.append(queue)
         if self.host is not None:
             self.host.prepare(op, lane_cost, link,
-                              broadcast and not native_broadcast(op, self.program.vars))
+                              broadcast and not native_broadcast(op, self.program.vars), cold)
         cost = self.profile.t1 if issue_cost is None else issue_cost.time(op.nbytes, op.flops)
         if device_kind(op.device) == "gpu":
             cost += self.profile.gpu_issue

@@ -51,6 +51,9 @@ flops / peak` seconds. Units: seconds, bytes, bytes per second, flops per second
 the same fields; `load` rejects an unknown key, a negative cost or a non-number with one line
 naming it and what is accepted.
 
+`llc`, `dram` (0: off): the host's last-level cache in bytes and main memory's bytes/s, for the
+data a loop has let fall out of the caches (`asyncsim.model.caches`).
+
 `rss_keep`: bytes of freed buffers the allocator keeps resident (`asyncsim.model.rss`). `fitted`
 (read from meta["fitted"]): the printed numbers a preset was fitted to.
 
@@ -89,7 +92,7 @@ _SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int,
             "switch": float, "spin": float, "recheck": float, "startup": float,
             "handover": float, "gpu_issue": float, "gpu_wait": float, "gpu_settle": float,
             "pageable": int, "rss_keep": float, "native": int, "idle_spin": float,
-            "table": int}
+            "table": int, "llc": float, "dram": float}
 _MINIMUM = {"workers": 1, "cores": 1, "gpus": 0}
 
 
@@ -138,6 +141,11 @@ class Profile:
     # its memory). 0: no bound, as MXNet's engine, whose queue grows as long as the frontend
     # issues
     table: int = 0
+    # the host's last-level cache (`asyncsim.model.caches`; dram 0: off): a CPU op's buffers that
+    # more than `llc` bytes of other data went through since they were last touched come from
+    # main memory, whose bytes move at `dram` bytes/s at best (costs are calibrated warm)
+    llc: float = 0.0
+    dram: float = 0.0
     meta: dict = field(default_factory=dict)
 
     def __post_init__(self):

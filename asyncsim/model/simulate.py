@@ -34,12 +34,17 @@ waiting in a blocker whose condition each finished op tests (`profile.recheck`),
 with a frontend that spins in its blockers, and memory-bound kernels crowding each other
 (`Cost.crowd`).
 
+The last-level cache (`asyncsim.model.caches`, only with `profile.dram` > 0): an op's buffers that
+have fallen out of it cost main memory's speed. The run predicted then follows a warm-up run of
+the same program, simulated first, whose buffers the pool holds, as realexec's measurements do.
+
 Workers: a CPU worker process per `profile.workers`, but no more than the program has ops (the
 others would never get one; see `_worker_processes`).
 
 Not modelled: an op's own threads (its cost is taken to include whatever threads it uses; the
 calibrated costs are measured with the workers and BLAS threads of the run), the first touch of
-fresh memory (page faults), caches that a kernel leaves cold for the Python work after it,
+fresh memory (page faults; a warm-up run has paid them), caches that a kernel leaves cold for
+the Python work after it,
 wake-ups that take longer the longer a thread slept, Python's garbage collector, memory
 capacity limits, and errors raised inside ops.
 """
@@ -51,6 +56,7 @@ from collections import deque
 import simpy
 
 from asyncsim.model import host
+from asyncsim.model.caches import LastLevelCache
 from asyncsim.model.deps import DepTracker
 from asyncsim.model.issue import FRONTEND, FrontendProcess
 from asyncsim.model.profile import Profile, ProfileError, device_kind
@@ -93,7 +99,8 @@ class _Model(FrontendProcess):
     """One simulation run: the shared state that the processes (the lanes below, the frontend in
     `asyncsim.model.issue`) read and update."""
 
-    def __init__(self, program: Program, profile: Profile, mode: str, max_inflight: int | None):
+    def __init__(self, program: Program, profile: Profile, mode: str, max_inflight: int | None,
+                 before: LastLevelCache | None = None):
         self.program, self.profile, self.sync_mode = program, profile, mode == "sync"
         self.env = env = simpy.Environment()
         self.tracker = DepTracker()
@@ -117,6 +124,10 @@ class _Model(FrontendProcess):
         self.touching: dict = {}  # var -> count of unfinished ops that read or write it
         self.freed: set = set()  # vars dropped by the frontend but still touched
         self.reserved: dict = {}  # var -> (device, bytes) while its bytes are live
+        # the host's last-level cache (`profile.dram` > 0): which bytes an op finds cold, from
+        # the pool a run `before` this one left
+        self.caches = (LastLevelCache(profile.llc, profile.dram, program.vars, before)
+                       if profile.dram else None)
         self.live = {device: 0 for device in program.devices}
         self.memory = [(0.0, device, 0) for device in program.devices]
         self.spans: list[Span] = []
@@ -229,6 +240,8 @@ class _Model(FrontendProcess):
     def _release(self, var: int) -> None:
         device, nbytes = self.reserved.pop(var, (None, 0))
         self.tracker.forget(var)
+        if self.caches is not None and var in self.caches.touched:
+            self.caches.give_back(var)
         if device is not None:
             self.live[device] -= nbytes
             self.memory.append((self.env.now, device, self.live[device]))
@@ -280,7 +293,13 @@ def simulate(program: Program, profile: Profile | str, mode: str = "async",
     if max_inflight is not None and (not isinstance(max_inflight, int) or max_inflight < 1):
         raise ValueError(f"max_inflight must be a positive int or None, got {max_inflight!r}")
     _check_devices(program, profile)
-    model = _Model(program, profile, mode, max_inflight)
+    before = None
+    if profile.dram:  # the run measured follows a warm-up run: its buffers, warm or cold
+        warm_up = _Model(program, profile, mode, max_inflight)
+        warm_up.env.run()
+        before = warm_up.caches
+        before.after_run()
+    model = _Model(program, profile, mode, max_inflight, before)
     model.env.run()
     if model.inflight:
         raise RuntimeError(f"simulation of {program.name!r} stalled with {model.inflight} "

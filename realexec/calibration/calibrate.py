@@ -6,7 +6,9 @@ microbenchmarks of `realexec.calibration.microbench`, `realexec.calibration.host
 turns them into the Profile that `asyncsim.simulate` prices a program with:
 
 - `t1` and "frontend:<op>" costs: seconds per issued op ("frontend:broadcast": a binary op on
-  operands of different shapes); `free`: seconds per dropped handle;
+  operands of different shapes); `free`: seconds per dropped last handle (timed on its own:
+  measured as a loop of drops less one of issues, it came out 2.4-2.9 us where dropping alone
+  took 1.2-1.3, with its op done or pending alike);
 - `t3`: what a blocker costs once its wait is over: its wake-up after the op it waits for ends,
   or, for an op that had ended before the call, the call itself; "frontend:asnumpy|print|item":
   what those blockers add (a copy, formatting), latency + bytes / bandwidth of the array, each
@@ -41,6 +43,8 @@ turns them into the Profile that `asyncsim.simulate` prices a program with:
   (square products and matrix-vector products); non-negative least squares on relative error,
   each point a low quantile of repeats, averaged over sweeps spread over seconds
   (`realexec.calibration.microbench.kernel_times`, `realexec.calibration.fits`);
+- `llc` and `dram`: the last-level cache's size and main memory's bandwidth, from an op whose
+  output cycles through more and more buffers (`realexec.calibration.caches`);
 - `crowd` of those costs: how much one more kernel running at once stretches a memory-bound
   kernel's bytes time, from the same op on W workers at once against one alone (compute-bound
   ops as a check); `cores`: this machine's cores; `spin`, `switch`: realexec's and CPython's.
@@ -80,7 +84,7 @@ from pathlib import Path
 import numpy as np
 
 from asyncsim.model.profile import Cost, Profile, ProfileError
-from realexec.calibration import fits, microbench
+from realexec.calibration import caches, fits, microbench
 from realexec.calibration.fits import (
     blocker_costs,
     fit,
@@ -101,7 +105,7 @@ from realexec.engine.core import Engine, default_workers
 from realexec.engine.native import CAPACITY, IDLE_SPIN_S
 from realexec.frontend import machine
 
-VERSION = 11  # bump when what is measured changes: older cache files are then ignored
+VERSION = 12  # bump when what is measured changes: older cache files are then ignored
 
 
 def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
@@ -161,6 +165,7 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
     dispatch = max(0.0, trip["period"] - t1 - wake - raw["free"] - exec_s - t3)
     set_crowding(costs, raw["concurrency"], workers)
     native = meta.get("engine", "native").startswith("native")
+    cache = caches.fit(raw["caches"]) if "caches" in raw else {"llc": 0.0, "dram": 0.0}
     return Profile(name=name, t1=t1, t3=t3, workers=workers, cores=default_workers(), gpus=0,
                    costs=costs, free=raw["free"], dispatch=dispatch, wake=wake, gil=gil,
                    release=release,
@@ -168,7 +173,7 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
                    recheck=raw["blocked"]["recheck"], startup=fresh["startup"],
                    handover=raw.get("handover", {}).get("handover", 0.0),
                    native=int(native), idle_spin=IDLE_SPIN_S if native else 0.0,
-                   table=CAPACITY if native else 0,
+                   table=CAPACITY if native else 0, llc=cache["llc"], dram=cache["dram"],
                    meta=json.loads(json.dumps({**meta, "measurements": raw})))  # as saved
 
 

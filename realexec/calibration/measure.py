@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from realexec.calibration import caches, issuing, microbench, training
 from realexec.calibration import gil as microbench_gil
 from realexec.calibration import host as microbench_host
-from realexec.calibration import issuing, microbench, training
 from realexec.calibration.fits import FITTED, ROW
 from realexec.calibration.steady import busy
 from realexec.sessions import session
@@ -53,6 +53,11 @@ class Settings:
     # "", "ta" or "tb"), an (m, k) by (k, n) product with that operand stored transposed
     layer_products: tuple[tuple[int, int, int, str], ...] = ()
     graph_repeats: int = 0  # calls of a hybridized block and of its ops one by one
+    # the last-level cache (`realexec.calibration.caches`): float32 elements per buffer, the
+    # counts of buffers an output cycles through, and (rounds, sweeps) of each count
+    llc_elements: int = 0
+    llc_buffers: tuple[int, ...] = ()
+    llc_repeats: tuple[int, int] = (3, 3)
 
 
 # 2**23: the scenarios' largest arrays (2000 x 2000, ~2**22) spill out of the cache; with 2**22
@@ -88,7 +93,10 @@ FULL = Settings(sizes=(2**10, 2**13, 2**16, 2**18, 2**20, 2**21, 2**22, 2**23),
                                                         (batch, 2048, 512, "tb"),
                                                         (512, batch, 2048, "ta"),
                                                         (2048, batch, 512, "ta"))),
-                graph_repeats=100)
+                graph_repeats=100,
+                # 8 MB buffers, 0-512 MB gone through between two touches of one: past the
+                # last cache of the machines seen (warm to cold between 67 and 270 MB here)
+                llc_elements=2**21, llc_buffers=(1, 2, 3, 5, 9, 17, 33))
 QUICK = Settings(sizes=(2**8, 2**12, 2**16, 2**18), dot_sides=(16, 64, 256), gemv_sides=(64, 256),
                  repeats=3, sweeps=1, issue_ops=100, loops=5, roundtrips=50,
                  blocker_sizes=(2**4, 2**14),
@@ -97,7 +105,8 @@ QUICK = Settings(sizes=(2**8, 2**12, 2**16, 2**18), dot_sides=(16, 64, 256), gem
                  conv_shapes=((2, 1, 12, 4, 3, 1, 0), (2, 8, 8, 8, 3, 1, 1),
                               (4, 16, 6, 16, 1, 1, 0)),
                  dot_shapes=((16, 32, 64),), layer_products=((16, 64, 32, "tb"),),
-                 graph_repeats=10)
+                 graph_repeats=10,
+                 llc_elements=2**20, llc_buffers=(1, 2, 5, 17, 33), llc_repeats=(2, 1))
 
 def kernels(nd, settings, ctx=None) -> list[tuple]:
     """(name in `realexec.calibration.fits.FITTED`, op name in the engine's log, maker(size) ->
@@ -157,6 +166,9 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
     # this kind of machine runs slower for seconds after its cores idled
     # (realexec.calibration.steady)
     busy(1.0 if s.spread else 0.0)
+    if s.llc_elements:
+        bar.set_postfix_str("last-level cache")
+        raw["caches"] = caches.sweep(s.llc_elements, s.llc_buffers, *s.llc_repeats)
     bar.set_postfix_str("fresh engines")
     raw["fresh"] = microbench_host.fresh(workers, s.blocker_sizes, s.fresh_rounds,
                                          pause=s.spread / 4)

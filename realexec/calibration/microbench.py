@@ -82,7 +82,8 @@ class _Bench:
 
 
 def frontend(bench: _Bench, n: int, repeats: int, pause: float = 0.0) -> dict:
-    """Seconds per issued op for each op kind (held workers), and the extra cost of a free."""
+    """Seconds per issued op for each op kind (held workers), and per dropped last handle
+    ("free": the mean of drops whose op is done and of drops whose op is pending, "frees")."""
     nd = bench.nd
     x = nd.ones((8,))
     m = nd.ones((4, 4))
@@ -116,18 +117,35 @@ def frontend(bench: _Bench, n: int, repeats: int, pause: float = 0.0) -> dict:
         nd.waitall()
         return seconds
 
+    def drops(pending: bool) -> float:
+        """Seconds per dropped last handle of x + 1's result: with its op done (the engine
+        gives the buffer back at once) or still pending (held workers: the deletion waits)."""
+        if pending:
+            bench.hold((x,), hold_s)
+        kept = [x + 1.0 for _ in range(n)]
+        if not pending:
+            nd.waitall()
+        start = perf_counter_ns()
+        while kept:
+            kept.pop()
+        seconds = (perf_counter_ns() - start) * 1e-9 / n
+        nd.waitall()
+        return seconds
+
     # round robin over the kinds, so that a burst of load from elsewhere hits them alike
-    samples: dict = {name: [] for name in [*makers, "drop"]}
+    samples: dict = {name: [] for name in [*makers, "free", "free pending"]}
     for _ in range(repeats):
         busy(pause)
         for name, make in makers.items():
             samples[name].append(period(make, keep=True))
-        samples["drop"].append(period(makers["add_scalar"], keep=False))
+        samples["free"].append(drops(pending=False))
+        samples["free pending"].append(drops(pending=True))
     # not a low quantile (the machine at its fastest), which made every prediction of many
     # small ops short: see `central`
     issue = {name: central(samples[name]) for name in makers}
-    dropped = central(samples["drop"])
-    return {"issue": issue, "free": max(0.0, dropped - issue["add_scalar"]),
+    # the two kinds of drop cost alike (1.2-1.3 us on the 2-core Intel VM): one price for both
+    frees = {kind: central(samples[kind]) for kind in ("free", "free pending")}
+    return {"issue": issue, "free": 0.5 * sum(frees.values()), "frees": frees,
             "spread": {name: [float(np.min(v)), float(np.max(v))] for name, v in samples.items()}}
 
 

@@ -7,9 +7,10 @@ the buffer back. Free buffers live in a process-wide `BufferCache` per device (c
 `max_bytes`, 1 GiB; beyond that a released buffer goes back to the OS), so they also outlive a
 run; each `Pool` does one run's accounting.
 
-Size classes: at most 512 bytes -> 512; up to 1 MiB -> the next power of two; above 1 MiB ->
-the next multiple of 2 MiB (PyTorch's caching allocator rounds the same way), so a cached
-buffer wastes at most 2 MiB or half of a small request.
+Size classes (`asyncsim.model.caches.size_class`, which the model's cache uses too): at most 512
+bytes -> 512; up to 1 MiB -> the next power of two; above 1 MiB -> the next multiple of 2 MiB
+(PyTorch's caching allocator rounds the same way), so a cached buffer wastes at most 2 MiB or half
+of a small request.
 
 Accounting follows DESIGN.md: *live bytes* are the bytes of the arrays handed out and not yet
 released (the requested bytes, not the rounded class), which is what `asyncsim.simulate` predicts;
@@ -44,20 +45,13 @@ from time import perf_counter_ns
 
 import numpy as np
 
+from asyncsim.model.caches import size_class  # the model reuses buffers as this pool does
+
 _MIB = 1 << 20
 _WHOLE = slice(None)  # made once: a slice made inside a lock could start a collection
 _QUIET_CAP = 4096  # samples a Pool with samples=False keeps (and shows none of)
-_SMALL = 512
-_LARGE_STEP = 2 * _MIB
 
 
-def size_class(nbytes: int) -> int:
-    """The buffer size that serves a request of `nbytes`."""
-    if nbytes <= _SMALL:
-        return _SMALL
-    if nbytes <= _MIB:
-        return 1 << (nbytes - 1).bit_length()
-    return -(-nbytes // _LARGE_STEP) * _LARGE_STEP
 
 
 # id(buffer) -> its address, for every buffer a Pool made, while the buffer exists (a finalizer

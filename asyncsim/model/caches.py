@@ -1,0 +1,111 @@
+"""The host's last-level cache in the SimPy model: which bytes an op finds cold, and what they cost.
+
+A profile's costs are calibrated on warm data (the same buffers, op after op), so they are the
+speed of an op whose data sits in the caches. A loop whose buffers outgrow the last-level cache
+moves them from main memory instead: `y = x + 1` on 2000x2000 float32 took 1.3-1.6 ms with two
+output buffers taking turns and 2.0 ms cycling through eight or more (the 2-core Intel VM,
+numpy). With `profile.dram` > 0 (0: off, so the closed forms hold exactly):
+
+- a *byte clock* per host counts the bytes the CPU's ops touch (their nbytes) in issue order;
+- a buffer is *cold* for an op when more than `profile.llc` bytes were touched since it was last
+  touched, or when this run has not touched it yet; the buffers are the op's inputs and output;
+- buffers are reused as realexec's pool reuses them (`size_class`, the most recently given back
+  first), so an output that takes a buffer just given back finds it warm. The buffer is chosen
+  when the op is issued, from the buffers the model has given back by then;
+- a run starts where a run before it left off (`after_run`), as a measured run follows a
+  warm-up: the pool holds that run's buffers, each remembering when it was touched, up to
+  `POOL_BYTES` (realexec's buffer cache; a buffer given back beyond it goes back to the system,
+  and the next of its size is fresh: cold);
+- a cold byte moves at `profile.dram` bytes/s at best: an op adds `cold * (1/dram - pace)`
+  seconds, where `pace` is its calibrated seconds per byte (flops included), and nothing when
+  it was slower than that already (a product, a sampler: compute hides the memory).
+
+Only CPU ops that are not copies across a link are priced this way; a GPU's memory is its own.
+Issue order stands for execution order: the engine's workers take ops in about the order they
+were issued. Units: bytes, bytes per second, seconds.
+"""
+
+from __future__ import annotations
+
+import math
+
+_MIB = 1 << 20
+_SMALL = 512
+_LARGE_STEP = 2 * _MIB
+_NEVER = -math.inf
+POOL_BYTES = 1 << 30  # what realexec's buffer cache keeps of the buffers given back
+
+
+def size_class(nbytes: int) -> int:
+    """The buffer size that serves a request of `nbytes` (realexec's pool and this model): at
+    most 512 bytes -> 512; up to 1 MiB -> the next power of two; above -> the next multiple of
+    2 MiB."""
+    if nbytes <= _SMALL:
+        return _SMALL
+    if nbytes <= _MIB:
+        return 1 << (nbytes - 1).bit_length()
+    return -(-nbytes // _LARGE_STEP) * _LARGE_STEP
+
+
+class LastLevelCache:
+    """Byte clock, buffers' last touches and the pool's given-back buffers of one run."""
+
+    def __init__(self, llc: float, dram: float, variables, before: LastLevelCache | None = None):
+        self.llc, self.dram, self.vars = llc, dram, variables
+        self.clock = 0.0
+        self.touched: dict[int, float] = {}  # live var -> the clock when its buffer was touched
+        self.spare: dict[int, list[float]] = {}  # size class -> given-back buffers' last touches
+        self.spare_bytes = 0
+        if before is not None:  # the pool and the clock as the run before left them
+            self.clock, self.spare_bytes = before.clock, before.spare_bytes
+            self.spare = {size: list(stack) for size, stack in before.spare.items()}
+
+    def take(self, var: int) -> None:
+        """`var` is created: it takes the buffer given back last of its size class, if any."""
+        size = size_class(self.vars[var].nbytes)
+        stack = self.spare.get(size)
+        if stack:
+            self.spare_bytes -= size
+            self.touched[var] = stack.pop()
+        else:
+            self.touched[var] = _NEVER
+
+    def give_back(self, var: int) -> None:
+        """`var`'s buffer goes back to the pool, remembering when it was last touched (beyond
+        `POOL_BYTES` the pool lets it go)."""
+        when = self.touched.pop(var, _NEVER)
+        size = size_class(self.vars[var].nbytes)
+        if self.spare_bytes + size <= POOL_BYTES:
+            self.spare.setdefault(size, []).append(when)
+            self.spare_bytes += size
+
+    def after_run(self) -> None:
+        """The run is over: every buffer still held goes back, the least recently touched
+        first (a workload's arrays are dropped when it returns), so the next run takes the
+        most recently touched first."""
+        for var in sorted(self.touched, key=self.touched.__getitem__):
+            self.give_back(var)
+
+    def cold_bytes(self, op) -> float:
+        """Bytes of `op`'s buffers that are cold, then the op touches them (the clock moves on by
+        its nbytes). At most the op's nbytes."""
+        touched, clock, variables = self.touched, self.clock, self.vars
+        cold = 0
+        for var in {*op.reads, op.out}:
+            if clock - touched.get(var, _NEVER) > self.llc:
+                cold += variables[var].nbytes
+        self.clock = clock = clock + op.nbytes
+        for var in (*op.reads, op.out):
+            touched[var] = clock
+        return min(cold, op.nbytes)
+
+    def extra(self, op, cost) -> float:
+        """Seconds `op`'s cold bytes add to its calibrated `cost`."""
+        cold = self.cold_bytes(op)
+        if not cold:
+            return 0.0
+        pace = (cost.time(op.nbytes, op.flops) - cost.latency) / op.nbytes
+        return cold * max(0.0, 1.0 / self.dram - pace)
+
+
+__all__ = ["LastLevelCache", "size_class"]

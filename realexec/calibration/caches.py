@@ -1,0 +1,73 @@
+"""Calibration of the host's last-level cache: `profile.llc` and `profile.dram`
+(`asyncsim.model.caches` says how the model uses them).
+
+`sweep(elements, buffers, rounds, sweeps)`: `y = x + 1` on float32 arrays of `elements`, its
+output cycling through k buffers for each k of `buffers` (x is read by every op, so it stays
+warm): with k buffers an output buffer was last touched k - 1 ops before, so k - 1 ops' bytes
+(2 arrays each) went through the caches in between. Each k's seconds per op are the median over
+`rounds` cycles after one untimed cycle, the fastest of `sweeps` sweeps. numpy's add runs it: a
+streaming loop like the engine's compiled elementwise kernels, with no engine in between to blur
+a millisecond.
+
+`fit(points)`: warm is k = 1, cold the median of the two largest k. Where cold is not at least
+`MIN_GAP` slower, the caches make no difference at these sizes and both values are 0 (off).
+Otherwise `llc` is the reuse distance (bytes gone through in between) of the largest k still
+closer to warm than to cold, and `dram` what makes the model's step match the cold op: its
+output's bytes (x stays warm) move at `dram` where the warm op moved at its own pace, so
+1 / dram = (cold - warm) / out_bytes + warm / op_bytes.
+
+Units: elements (float32), bytes, seconds, bytes per second. Memory: (max(buffers) + 1) arrays.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+F32 = 4
+MIN_GAP = 1.1  # cold / warm below this: no cache effect worth a model term
+
+
+def sweep(elements: int, buffers: tuple[int, ...], rounds: int, sweeps: int = 3) -> dict:
+    """Seconds per op of `y = x + 1` with its output cycling through k buffers, per k: the
+    median op of `rounds` cycles, the fastest of `sweeps` sweeps over every k (a sweep takes
+    a fraction of a second; this machine's speed moves more than that from one to the next)."""
+    x = np.ones(elements, np.float32)
+    outs = [np.empty(elements, np.float32) for _ in range(max(buffers))]
+    for out in outs:  # fresh pages touched once, out of the timing
+        np.add(x, 1.0, out=out)
+    best = [float("inf")] * len(buffers)
+    for _ in range(sweeps):
+        for i, k in enumerate(buffers):
+            times = []
+            for r in range(rounds + 1):
+                for out in outs[:k]:
+                    start = time.perf_counter()
+                    np.add(x, 1.0, out=out)
+                    if r:  # the first cycle brings the k buffers in: not timed
+                        times.append(time.perf_counter() - start)
+            best[i] = min(best[i], statistics.median(times))
+    return {"elements": elements, "buffers": list(buffers), "seconds": best}
+
+
+def fit(points: dict) -> dict:
+    """{"llc": bytes, "dram": bytes/s} from a `sweep` (both 0 where the caches make no
+    difference), with the warm and cold seconds it read."""
+    buffers, seconds = points["buffers"], points["seconds"]
+    out_bytes = points["elements"] * F32
+    op_bytes = 2 * out_bytes
+    warm = seconds[buffers.index(1)] if 1 in buffers else min(seconds)
+    cold = statistics.median([s for _, s in sorted(zip(buffers, seconds, strict=True))[-2:]])
+    found = {"warm": warm, "cold": cold, "llc": 0.0, "dram": 0.0}
+    if len(buffers) < 3 or cold < MIN_GAP * warm:
+        return found
+    middle = 0.5 * (warm + cold)
+    reuse = max((k - 1) * op_bytes for k, s in zip(buffers, seconds, strict=True) if s <= middle)
+    found["llc"] = float(reuse)
+    found["dram"] = 1.0 / ((cold - warm) / out_bytes + warm / op_bytes)
+    return found
+
+
+__all__ = ["fit", "sweep"]
