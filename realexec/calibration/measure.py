@@ -217,6 +217,8 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
         bar.update()
         bar.set_postfix_str("round trip")
         raw["roundtrip_late"] = microbench.roundtrip(bench, s.roundtrips, s.loops, s.spread / 2)
+        late = microbench.frontend(bench, s.issue_ops, s.loops, s.spread)
+        raw["issue_late"], raw["free_late"] = late["issue"], late["free"]
         bar.update()
         bar.set_postfix_str("concurrency")
         raw["concurrency"] = _concurrency(bench, s) if workers > 1 else {}
