@@ -43,10 +43,10 @@ others would never get one; see `_worker_processes`).
 
 Not modelled: an op's own threads (its cost is taken to include whatever threads it uses; the
 calibrated costs are measured with the workers and BLAS threads of the run), the first touch of
-fresh memory (page faults; a warm-up run has paid them), caches that a kernel leaves cold for
-the Python work after it,
-wake-ups that take longer the longer a thread slept, Python's garbage collector, memory
-capacity limits, and errors raised inside ops.
+fresh memory (page faults; a warm-up run has paid them), caches nearer the core than the last
+level, and those that a kernel leaves cold for the Python work after it, wake-ups that take
+longer the longer a thread slept, Python's garbage collector, memory capacity limits, and
+errors raised inside ops.
 """
 
 from __future__ import annotations
