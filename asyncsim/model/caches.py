@@ -8,7 +8,7 @@ numpy). With `profile.dram` > 0 (0: off, so the closed forms hold exactly):
 
 - a *byte clock* per host counts the bytes the CPU's ops touch (their nbytes) in issue order;
 - a buffer is *cold* for an op when more than `profile.llc` bytes were touched since it was last
-  touched, or when this run has not touched it yet; the buffers are the op's inputs and output;
+  touched, or when no run touched it (fresh memory); the buffers are the op's inputs and output;
 - buffers are reused as realexec's pool reuses them (`size_class`, the most recently given back
   first), so an output that takes a buffer just given back finds it warm. The buffer is chosen
   when the op is issued, from the buffers the model has given back by then;
@@ -72,8 +72,10 @@ class LastLevelCache:
 
     def give_back(self, var: int) -> None:
         """`var`'s buffer goes back to the pool, remembering when it was last touched (beyond
-        `POOL_BYTES` the pool lets it go)."""
-        when = self.touched.pop(var, _NEVER)
+        `POOL_BYTES` the pool lets it go); a var no CPU op touched is not the host's."""
+        when = self.touched.pop(var, None)
+        if when is None:
+            return
         size = size_class(self.vars[var].nbytes)
         if self.spare_bytes + size <= POOL_BYTES:
             self.spare.setdefault(size, []).append(when)

@@ -240,7 +240,7 @@ class _Model(FrontendProcess):
     def _release(self, var: int) -> None:
         device, nbytes = self.reserved.pop(var, (None, 0))
         self.tracker.forget(var)
-        if self.caches is not None and var in self.caches.touched:
+        if self.caches is not None:
             self.caches.give_back(var)
         if device is not None:
             self.live[device] -= nbytes

@@ -103,16 +103,12 @@ def frontend(bench: _Bench, n: int, repeats: int, pause: float = 0.0) -> dict:
     }
     hold_s = max(0.02, 60e-6 * n)
 
-    def period(make, keep: bool) -> float:
+    def period(make) -> float:
         bench.hold((x, m, row), hold_s)
         kept = []
         start = perf_counter_ns()
-        if keep:
-            for _ in range(n):
-                kept.append(make())
-        else:
-            for _ in range(n):
-                y = make()  # noqa: F841 -- rebinding drops the previous result: a free
+        for _ in range(n):
+            kept.append(make())
         seconds = (perf_counter_ns() - start) * 1e-9 / n
         nd.waitall()
         return seconds
@@ -137,7 +133,7 @@ def frontend(bench: _Bench, n: int, repeats: int, pause: float = 0.0) -> dict:
     for _ in range(repeats):
         busy(pause)
         for name, make in makers.items():
-            samples[name].append(period(make, keep=True))
+            samples[name].append(period(make))
         samples["free"].append(drops(pending=False))
         samples["free pending"].append(drops(pending=True))
     # not a low quantile (the machine at its fastest), which made every prediction of many

@@ -248,17 +248,18 @@ class NativeEngine(shutdown.Ending):
         until the end where the model's fell. So once `_RESCAN` more ops have finished since
         the last look, every pending deletion is looked at (a scan per that many ops)."""
         frees, done, buf = self._frees, self._done, self._buf
-        while frees:
-            last, _, users, fn, args = frees[0]
-            if not (every or last < buf[t.H_LOW] or all(map(done, users))):
-                break
-            heapq.heappop(frees)
+
+        def finished(entry) -> bool:  # its last user below the low-water mark, or each done
+            return every or entry[0] < buf[t.H_LOW] or all(map(done, entry[2]))
+
+        while frees and finished(frees[0]):
+            _, _, _, fn, args = heapq.heappop(frees)
             self._give_back(fn, args)
         if frees and buf[t.H_DONE] - self._scanned >= _RESCAN:
             self._scanned = buf[t.H_DONE]
-            low, kept = buf[t.H_LOW], []
+            kept = []
             for entry in frees:
-                if entry[0] < low or all(map(done, entry[2])):
+                if finished(entry):
                     self._give_back(entry[3], entry[4])
                 else:
                     kept.append(entry)
