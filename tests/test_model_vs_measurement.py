@@ -17,7 +17,8 @@ catches a model that lost a term or a unit (benchmarks/accuracy.py holds the ful
 10% median and 25% maximum at the book's sizes). The orderings the chapters teach must hold
 exactly, on both sides: the loop without a blocker per op is not slower than the one with; the
 memory peak without a blocker is above the one with a blocker per batch, and max_inflight=k
-lands between the two; independent products are not slower than a chain of them.
+lands between the two; the model predicts independent products not slower than a chain of them,
+and the engine runs them at the same time (whether that is faster is the host's business).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import io
+import itertools
 
 import pytest
 
@@ -137,17 +139,37 @@ def test_memory_with_and_without_a_blocker(profile):
         assert peaks["barrier"][side] < peaks["capped"][side] < peaks["none"][side], peaks
 
 
+def _products_in(trace, label):
+    """The exec spans of the products run inside region `label`."""
+    (start, end), = [(a, b) for name, a, b in trace.marks if name == label]
+    return [s for s in trace.spans_of(kind="exec") if s.name == "dot" and start <= s.start < end]
+
+
+def _overlap(spans) -> bool:
+    """Whether two of `spans` ran at the same time."""
+    spans = sorted(spans, key=lambda s: s.start)
+    return any(b.start < a.end for a, b in itertools.pairwise(spans))
+
+
 def test_ten_independent_products(profile):
-    """8.3 exercise 1 at 256x256: the total within a factor of two, and on both sides ten
-    independent products are not slower than ten chained ones. The measured order compares each
-    region's fastest of three runs: on a 2-core VM two bare threads doing these products at once
-    took 0.67-2.08x the time of one doing all of them, so one median run ordered the regions by
-    up to 1.22x (one run in 24), where the fastest of three stayed at or below 0.97 (ten tries)."""
+    """8.3 exercise 1 at 256x256: the total within a factor of two; the model predicts ten
+    independent products not slower than ten chained ones, and the engine ran some of the
+    independent products at the same time, on two workers, and none of the chained ones.
+
+    The measured times of the two regions are not compared: whether two products at once are
+    faster than one after the other is the host's business, not the engine's. On CI's 2-core VM
+    the fastest of three independent regions took 1.17x the fastest chained one (2.69 against
+    2.30 ms), where on this project's 2-core VM two bare threads doing these products at once took
+    0.67-2.08x the time of one thread doing all of them."""
     products = scenarios.get("independent_products").workload
     params = dict(n=10, size=256)
     pred = _predict(products, profile, **params)
     meas = _measure(products, profile.workers, **params)
     assert _within(pred.duration, meas.duration, TOTAL), (pred.regions, meas.regions)
     assert pred.regions["independent products"] <= pred.regions["dependent products"]
-    best = _best_regions(products, profile.workers, **params)
-    assert best["independent products"] <= NOISE * best["dependent products"], best
+    independent = _products_in(meas, "independent products")
+    chained = _products_in(meas, "dependent products")
+    assert len(independent) == len(chained) == params["n"]
+    if profile.workers > 1:
+        assert _overlap(independent) and len({s.lane for s in independent}) > 1, independent
+    assert not _overlap(chained), chained

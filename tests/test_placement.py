@@ -6,6 +6,7 @@ one core first, so the core it starts on is known, and its affinity is restored 
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 
@@ -81,4 +82,36 @@ def test_nothing_moves_when_placement_is_off(two_cores):
     placement.busy(s, 1)
     placement.busy(s, 0)
     assert placement.cores_of(s, 2) == [-1, -1]
+    assert os.sched_getaffinity(0) == {here}
+
+
+def test_a_waker_steers_an_idle_worker_off_a_busy_core(two_cores):
+    """Before waking a worker, the waker lets it run only where no busy worker runs (the OS
+    would queue it behind the busy worker on the core it last ran on); the worker gives itself
+    every allowed core back at its next op."""
+    here, other = two_cores
+    buf, s = _state({here, other})
+    s[t.H_BLOCKING] = 1
+    placement.busy(s, 1)  # worker 1 busy here
+    placement.register(s, 0, threading.get_native_id())  # worker 0 (this thread) is idle
+    t._wake_worker(s, 0)
+    assert os.sched_getaffinity(0) == {other}
+    placement.busy(s, 0)
+    assert os.sched_getaffinity(0) == {here, other}
+    assert placement.cores_of(s, 2) == [other, here]
+
+
+def test_a_waker_leaves_busy_unregistered_and_lone_workers_alone(two_cores):
+    here, other = two_cores
+    buf, s = _state({here, other})
+    s[t.H_BLOCKING] = 1
+    t._wake_worker(s, 0)  # nobody registered, nobody busy
+    placement.register(s, 0, threading.get_native_id())
+    t._wake_worker(s, 0)  # no busy worker: the OS's placement is left alone
+    assert os.sched_getaffinity(0) == {here}
+    placement.busy(s, 0)  # worker 0 (this thread) busy here
+    placement.busy(s, 1)  # and worker 1 beside it: moved to the free core
+    os.sched_setaffinity(0, {here})
+    placement.idle(s, 1)
+    t._wake_worker(s, 0)  # worker 0 is busy: not steered
     assert os.sched_getaffinity(0) == {here}

@@ -176,11 +176,14 @@ def work(s, lane, worker):
     Python op with `table.finish_and_pop_python`, which keeps the GIL while Python ops follow."""
     idle_since = now_ns()
     busy = False  # counted in H_BUSY (a blocker spins only while a core is left)
+    # its core still counts as taken: back from Python ops, which keep it (see below)
+    placed = True
     spinning = False  # counted in the lane's Q_SPINNERS (a push wakes a sleeper only past them)
     while True:
         if load(s, t.H_STOP):
             if busy:
                 fetch_add(s, t.H_BUSY, -1)
+            if placed:
                 placement.idle(s, worker)
             if spinning:
                 t.unspin(s, lane)
@@ -189,8 +192,10 @@ def work(s, lane, worker):
         if slot < 0:
             if busy:
                 fetch_add(s, t.H_BUSY, -1)
-                placement.idle(s, worker)
                 busy = False
+            if placed:  # a sleeping worker that still held its core kept woken ones off it
+                placement.idle(s, worker)
+                placed = False
             spinning = t.idle(s, lane, idle_since, spinning)
             continue
         if spinning:
@@ -198,6 +203,7 @@ def work(s, lane, worker):
             spinning = False
         # off a busy worker's core, where the OS may have woken or moved this thread
         placement.busy(s, worker)
+        placed = True
         if not busy:
             fetch_add(s, t.H_BUSY, 1)
             busy = True

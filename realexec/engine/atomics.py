@@ -11,8 +11,9 @@ array items, the spin-wait hint, the monotonic clock, futexes, and arrays over r
   sleepers. Linux only (x86-64, aarch64); elsewhere the wait is a `sched_yield`, so a sleeping
   thread becomes a slow spinner, and nothing else changes.
 - `cpu()`: the core the calling thread runs on now (sched_getcpu; -1 where there is none);
-  `set_affinity(a, i, nwords)`: the calling thread may run only on the cores whose bits are set
-  in a[i:i + nwords] (a cpu_set_t; sched_setaffinity; nothing where there is no futex).
+  `set_affinity(a, i, nwords, tid)`: thread `tid` (0: the calling thread) may run only on the
+  cores whose bits are set in a[i:i + nwords] (a cpu_set_t; sched_setaffinity; nothing where
+  there is no futex).
 - `pointer(address)`: a `voidptr` for `numba.carray(pointer(address), n, dtype)`.
 - `gemm(fn, ...)`: a row-major matrix product through the CBLAS function at address `fn`.
 
@@ -167,17 +168,17 @@ def cpu(typingctx):
 
 
 @intrinsic
-def set_affinity(typingctx, a, i, nwords):
+def set_affinity(typingctx, a, i, nwords, tid):
     def codegen(context, builder, signature, args):
-        if FUTEX:  # Linux: pid 0 is the calling thread
+        if FUTEX:  # Linux: a thread id is a pid; 0 is the calling thread
             mask = builder.bitcast(_item(context, builder, signature, args), cgutils.voidptr_t)
             fn = _libc(builder, "sched_setaffinity", ir.IntType(32),
                        [ir.IntType(32), _I64, cgutils.voidptr_t])
-            builder.call(fn, [ir.Constant(ir.IntType(32), 0), builder.mul(args[2], _I64(8)),
-                              mask])
+            builder.call(fn, [builder.trunc(args[3], ir.IntType(32)),
+                              builder.mul(args[2], _I64(8)), mask])
         return context.get_dummy_value()
 
-    return types.void(a, types.intp, types.int64), codegen
+    return types.void(a, types.intp, types.int64, types.int64), codegen
 
 
 @intrinsic

@@ -27,7 +27,8 @@ Differences, and why:
   runs on its own core at once instead of queueing 1-5 ms behind the worker that woke it
   (`_cores`): two workers drain two chains of 10 us ops 2x faster than one, where the OS's
   placement gave 1.0-1.4x. (Unpinned, a worker that the OS left on a busy worker's core now
-  moves itself to a free one, `realexec.engine.placement`: 1.66-1.89x.) A worker running Python
+  moves itself to a free one, and a sleeping worker is steered to one before it is woken,
+  `realexec.engine.placement`: 1.78-1.86x, as pinned.) A worker running Python
   ops is unpinned meanwhile: pinned beside the frontend, it contended with it for that core
   and the GIL, and 8.1's imperative MLP (products and a graph op) ran 40% slower. An idle
   worker on the core the (awake) frontend pushes from does not spin (`table.idle`): pinned
@@ -351,6 +352,8 @@ class NativeEngine(shutdown.Ending):
             with thread_context():
                 return self._work(lane, label, index)
         state, lane_index = self.state, self._lane_index[lane.name]
+        if lane.name == "cpu":  # a waker may steer it to a free core (GPU lanes stay put)
+            placement.register(state, index, threading.get_native_id())
         failed = t.at(0, t.F_FAILED)
         free = set(self._cores)  # while it runs Python ops (see the module docstring)
         while True:
