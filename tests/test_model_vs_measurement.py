@@ -153,8 +153,10 @@ def _overlap(spans) -> bool:
 
 def test_ten_independent_products(profile):
     """8.3 exercise 1 at 256x256: the total within a factor of two; the model predicts ten
-    independent products not slower than ten chained ones, and the engine ran some of the
-    independent products at the same time, on two workers, and none of the chained ones.
+    independent products not slower than ten chained ones; and the engine ran some of the
+    independent products at the same time, on two workers (in one run of three at least: where
+    the OS runs a woken worker is the OS's business, though the engine steers it), and none of
+    the chained ones (in every run).
 
     The measured times of the two regions are not compared: whether two products at once are
     faster than one after the other is the host's business, not the engine's. On CI's 2-core VM
@@ -167,9 +169,10 @@ def test_ten_independent_products(profile):
     meas = _measure(products, profile.workers, **params)
     assert _within(pred.duration, meas.duration, TOTAL), (pred.regions, meas.regions)
     assert pred.regions["independent products"] <= pred.regions["dependent products"]
-    independent = _products_in(meas, "independent products")
-    chained = _products_in(meas, "dependent products")
-    assert len(independent) == len(chained) == params["n"]
+    runs = [t.from_first_event() for t in _runs(products, profile.workers, **params)]
+    independent = [_products_in(t, "independent products") for t in runs]
+    chained = [_products_in(t, "dependent products") for t in runs]
+    assert all(len(i) == len(c) == params["n"] for i, c in zip(independent, chained, strict=True))
     if profile.workers > 1:
-        assert _overlap(independent) and len({s.lane for s in independent}) > 1, independent
-    assert not _overlap(chained), chained
+        assert any(_overlap(i) and len({s.lane for s in i}) > 1 for i in independent), independent
+    assert not any(_overlap(c) for c in chained), chained
