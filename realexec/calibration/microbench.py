@@ -132,6 +132,9 @@ def frontend(bench: _Bench, n: int, repeats: int, pause: float = 0.0) -> dict:
     samples: dict = {name: [] for name in [*makers, "free", "free pending"]}
     for _ in range(repeats):
         busy(pause)
+        # the first loop after the pause ran ~1 us an op slower than the rest (add_scalar 6.9-7.1
+        # us against 5.9 with no pause, on the 2-core Intel VM): an untimed one takes that
+        period(makers["add_scalar"])
         for name, make in makers.items():
             samples[name].append(period(make))
         samples["free"].append(drops(pending=False))
