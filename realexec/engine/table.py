@@ -282,6 +282,8 @@ def steer(s):
     target = 0
     while not (free >> target) & 1:
         target += 1
+    mask = np.zeros(MASK_WORDS, np.int64)
+    mask[0] = free
     for j in range(workers):
         tid = load(s, tids + j)
         kept = load(s, cores + j)  # idle: minus one more than the core it is kept on
@@ -289,8 +291,6 @@ def steer(s):
             continue
         # the worker says where it is kept itself as it goes idle or busy: only if it did not
         if cas(s, cores + j, kept, -(target + 1)) == kept:
-            mask = np.zeros(MASK_WORDS, np.int64)
-            mask[0] = free
             set_affinity(mask, 0, MASK_WORDS, abs(tid))
             store(s, tids + j, -abs(tid))
 
