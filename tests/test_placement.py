@@ -115,3 +115,23 @@ def test_a_waker_leaves_busy_unregistered_and_lone_workers_alone(two_cores):
     placement.idle(s, 1)
     t._wake_worker(s, 0)  # worker 0 is busy: not steered
     assert os.sched_getaffinity(0) == {here}
+
+
+def test_a_waker_steers_an_idle_worker_off_the_pushing_frontends_core(two_cores):
+    """No worker busy, the frontend pushing from this core, where the idle worker 0 (this
+    thread) went idle: woken there, it would wait behind the frontend while the other core
+    idles, so the waker lets it run only on the other core."""
+    here, other = two_cores
+    buf, s = _state({here, other})
+    s[t.H_FRONT_CPU] = here
+    placement.busy(s, 0)
+    placement.idle(s, 0)  # kept on this core
+    placement.register(s, 0, threading.get_native_id())
+    t._wake_worker(s, 0)
+    assert os.sched_getaffinity(0) == {other}
+    s[t.H_FRONT_CPU] = other  # pushing from the other core now: off that one in turn
+    t._wake_worker(s, 0)
+    assert os.sched_getaffinity(0) == {here}
+    s[t.H_BLOCKING] = 1  # the frontend waits in a blocker: its core is free, nothing moves
+    t._wake_worker(s, 0)
+    assert os.sched_getaffinity(0) == {here}

@@ -259,7 +259,11 @@ def steer(s):
     ran after the first worker had done all ten in 14 of 20 runs. A steered worker gives itself
     every allowed core back at its next op (`placement.busy`). A worker is not steered beside
     the pushing frontend: a version that did ran a push-bound loop of 3 us ops on two workers at
-    4.8-6.5 us an op, against 4.0 on one (4.5-5.0 without it; `benchmarks/small_ops.py`)."""
+    4.8-6.5 us an op, against 4.0 on one (4.5-5.0 without it; `benchmarks/small_ops.py`). It is
+    steered off the pushing frontend's core even when no worker is busy: woken there, the first
+    op of a chain waited behind a frontend issuing the other 99 (2 ms) while the other core idled
+    (`small_ops`' chain of 100 products: 1.93-2.07 ms at the median, up to 8.1, before; 1.72-1.80,
+    up to 2.9, after; fifteen runs each, twice)."""
     base = s[H_PLACES]
     if base == 0:
         return
@@ -271,11 +275,11 @@ def steer(s):
         c = load(s, cores + j) - 1
         if 0 <= c < 64:
             taken |= 1 << c
-    if taken == 0:
-        return  # nothing to keep a worker off: the OS's placement is left alone
     front = load(s, H_FRONT_CPU)
     if 0 <= front < 64 and load(s, H_BLOCKING) == 0:
         taken |= 1 << front
+    if taken == 0:
+        return  # nothing to keep a worker off: the OS's placement is left alone
     free = s[base] & ~taken
     if free == 0:
         return
