@@ -71,7 +71,7 @@ def allow(state: np.ndarray, cores) -> bool:
 
 def register(state: np.ndarray, worker: int, tid: int) -> None:
     """Let a waker steer worker `worker`, whose OS thread id is `tid` (`threading.get_native_id`),
-    to a free core before it wakes it (`table._wake_worker`). Nothing where moves are off."""
+    to a free core before it wakes it (`table.steer`). Nothing where moves are off."""
     base = int(state[t.H_PLACES])
     if base == 0 or worker >= t.MAX_WORKERS or tid <= 0:
         return

@@ -24,7 +24,7 @@ of `cap` slots.
   are queued than the lane has workers spinning: `Q_SPINNERS`, who will take them; before that
   rule each push of a loop of small ops woke the sleeping second worker only to find the op
   taken, a system call for the frontend and a context switch each; the waker first steers
-  idle workers off busy workers' cores, `_wake_worker`); a blocker spins only
+  idle workers off busy workers' cores, `steer`); a blocker spins only
   while a core is free of busy workers (`H_BUSY` < `H_CORES`), then sleeps on `H_GEN`, which
   every completion bumps; a completion makes the system call that wakes it only once the
   blocker's condition (`H_WAIT_KIND`, `H_WAIT_TARGET`) holds.
