@@ -109,20 +109,12 @@ def busy(s, worker):
     if tid < 0:  # a waker steered it here: every allowed core is its again
         set_affinity(s, base, t.MASK_WORDS, 0)
         store(s, first + t.MAX_WORKERS + worker, -tid)
-    used = 0
-    for j in range(load(s, t.H_WORKERS)):
-        c = load(s, first + j) - 1
-        if j != worker and 0 <= c < 64:
-            used |= 1 << c
+    used = t.worker_cores(s, worker)
     if used & (1 << here):
-        front = load(s, t.H_FRONT_CPU)
-        if load(s, t.H_BLOCKING) == 0 and 0 <= front < 64:
-            used |= 1 << front  # the frontend runs there, pushing: leave it its core
+        used |= t.pushing_core(s)  # the frontend runs there, pushing: leave it its core
         free = s[base] & ~used
         if free != 0:
-            target = 0
-            while not (free >> target) & 1:
-                target += 1
+            target = t.lowest(free)
             scratch = base + t.MASK_WORDS
             s[scratch] = 1 << target
             set_affinity(s, scratch, t.MASK_WORDS, 0)  # the OS moves this thread now

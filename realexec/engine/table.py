@@ -243,6 +243,38 @@ def push(s, slot, token, lane, kind, code, dtype, n, a, b, out, scalar, failed,
 
 
 @njit(nogil=True, cache=True)
+def worker_cores(s, skip):
+    """The cores (a bit each, 0..63) where busy workers other than worker `skip` run ops now,
+    as `realexec.engine.placement` keeps them (placement on)."""
+    first = s[H_PLACES] + 2 * MASK_WORDS
+    used = 0
+    for j in range(min(load(s, H_WORKERS), MAX_WORKERS)):
+        c = load(s, first + j) - 1
+        if j != skip and 0 <= c < 64:
+            used |= 1 << c
+    return used
+
+
+@njit(nogil=True, cache=True)
+def pushing_core(s):
+    """The core (a bit) the frontend pushes from; 0 while it waits in a blocker (its core is
+    free then) or before its first push."""
+    front = load(s, H_FRONT_CPU)
+    if 0 <= front < 64 and load(s, H_BLOCKING) == 0:
+        return 1 << front
+    return 0
+
+
+@njit(nogil=True, cache=True)
+def lowest(mask):
+    """The lowest core whose bit is set in `mask` (nonzero)."""
+    core = 0
+    while not (mask >> core) & 1:
+        core += 1
+    return core
+
+
+@njit(nogil=True, cache=True)
 def _wake_worker(s, lane):
     """Wake a sleeping worker of `lane` (its futex word bumped under the lock), steered first."""
     steer(s)
@@ -269,26 +301,16 @@ def steer(s):
         return
     cores = base + 2 * MASK_WORDS
     tids = cores + MAX_WORKERS
-    workers = min(load(s, H_WORKERS), MAX_WORKERS)
-    taken = 0
-    for j in range(workers):
-        c = load(s, cores + j) - 1
-        if 0 <= c < 64:
-            taken |= 1 << c
-    front = load(s, H_FRONT_CPU)
-    if 0 <= front < 64 and load(s, H_BLOCKING) == 0:
-        taken |= 1 << front
+    taken = worker_cores(s, -1) | pushing_core(s)
     if taken == 0:
         return  # nothing to keep a worker off: the OS's placement is left alone
     free = s[base] & ~taken
     if free == 0:
         return
-    target = 0
-    while not (free >> target) & 1:
-        target += 1
+    target = lowest(free)
     mask = np.zeros(MASK_WORDS, np.int64)
     mask[0] = free
-    for j in range(workers):
+    for j in range(min(load(s, H_WORKERS), MAX_WORKERS)):
         tid = load(s, tids + j)
         kept = load(s, cores + j)  # idle: minus one more than the core it is kept on
         if tid == 0 or kept > 0 or (kept < 0 and (free >> (-kept - 1)) & 1):
