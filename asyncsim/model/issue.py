@@ -23,7 +23,9 @@ The frontend walks `program.instrs`, one SimPy generator:
 
 Pricing: an op by `profile.rule` on its lane and `profile.issue_rule` on the frontend (t1 where
 it has no rule); a binary op whose operands differ in shape (`ops.BROADCASTING`) by the
-profile's "broadcast" costs where it has them. An op on a GPU costs the frontend
+profile's "broadcast" costs where it has them; times 1 + mix (1 - 1/k) with k the kinds of op
+among the last `MIX_WINDOW` issued (`profile.mix`, 0: off), except an op its phase prices
+(backward's, a Trainer's). An op on a GPU costs the frontend
 `profile.gpu_issue` more, and the first op issued `profile.startup` more (a fresh engine: code
 and threads that never ran). Prices are cached per op name, devices and broadcasting.
 
@@ -36,6 +38,8 @@ simulated time.
 
 from __future__ import annotations
 
+from collections import deque
+
 from asyncsim.model.profile import device_kind, is_link_copy
 from asyncsim.nd.ops import BROADCASTING, broadcasts, native_broadcast
 from asyncsim.nd.program import Call, Free, Mark, Op, Sync
@@ -43,6 +47,26 @@ from asyncsim.nd.trace import Span
 
 FRONTEND = "frontend"
 CELL = "cell"  # the Sync kind of a notebook cell boundary (`nd.cell()`)
+MIX_WINDOW = 16  # ops issued: the window whose kinds `Profile.mix` counts
+
+
+class RecentKinds:
+    """The op names among the last `MIX_WINDOW` issued, counted, for `Profile.mix`."""
+
+    def __init__(self, mix: float):
+        self.mix, self.window, self.counts = mix, deque(), {}
+
+    def factor(self, name: str) -> float:
+        """Note `name` issued; return what its issue price is multiplied by."""
+        window, counts = self.window, self.counts
+        window.append(name)
+        counts[name] = counts.get(name, 0) + 1
+        if len(window) > MIX_WINDOW:
+            old = window.popleft()
+            counts[old] -= 1
+            if not counts[old]:
+                del counts[old]
+        return 1.0 + self.mix * (1.0 - 1.0 / len(counts))
 
 
 class FrontendProcess:
@@ -188,11 +212,20 @@ class FrontendProcess:
             self.host.prepare(op, lane_cost, link,
                               broadcast and not native_broadcast(op, self.program.vars), cold)
         cost = self.profile.t1 if issue_cost is None else issue_cost.time(op.nbytes, op.flops)
+        if self.kinds_issued is not None:
+            factor = self.kinds_issued.factor(op.name)
+            if not self._phased(op):
+                cost *= factor
         if device_kind(op.device) == "gpu":
             cost += self.profile.gpu_issue
         if len(self.ops) == 1:  # the first push into a fresh engine
             cost += self.profile.startup
         return cost, queue
+
+    def _phased(self, op: Op) -> bool:
+        """Whether `op` is priced by its phase's cost (backward's, a Trainer's)."""
+        phase = op.attrs.get("phase")
+        return phase is not None and f"frontend:{phase}" in self.profile.costs
 
     def _broadcast(self, op: Op) -> bool:
         """Whether the operands of a binary op differ in shape (numpy's broadcasting)."""

@@ -92,7 +92,7 @@ _SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int,
             "switch": float, "spin": float, "recheck": float, "startup": float,
             "handover": float, "gpu_issue": float, "gpu_wait": float, "gpu_settle": float,
             "pageable": int, "rss_keep": float, "native": int, "idle_spin": float,
-            "table": int, "llc": float, "dram": float}
+            "table": int, "llc": float, "dram": float, "mix": float}
 _MINIMUM = {"workers": 1, "cores": 1, "gpus": 0}
 
 
@@ -146,6 +146,13 @@ class Profile:
     # main memory, whose bytes move at `dram` bytes/s at best (costs are calibrated warm)
     llc: float = 0.0
     dram: float = 0.0
+    # what issuing ops of several kinds in turn adds to the frontend's price of each (0: off):
+    # an op issued while k kinds were among the last `asyncsim.model.issue.MIX_WINDOW` issued
+    # costs 1 + mix (1 - 1/k) times its price (t1 or its "frontend:" op cost; not the costs of
+    # phases, backward's and a Trainer's, timed on mixed sequences already). A loop of one kind,
+    # as issue costs are calibrated, keeps one path through the frontend's code hot
+    # (`realexec.calibration.issuing.mixed_issue`)
+    mix: float = 0.0
     meta: dict = field(default_factory=dict)
 
     def __post_init__(self):

@@ -58,7 +58,7 @@ import simpy
 from asyncsim.model import host
 from asyncsim.model.caches import LastLevelCache
 from asyncsim.model.deps import DepTracker
-from asyncsim.model.issue import FRONTEND, FrontendProcess
+from asyncsim.model.issue import FRONTEND, FrontendProcess, RecentKinds
 from asyncsim.model.profile import Profile, ProfileError, device_kind
 from asyncsim.nd.program import Op, Program
 from asyncsim.nd.record import check_workload, record
@@ -109,6 +109,8 @@ class _Model(FrontendProcess):
         self.kinds: list[str] = []  # position -> "exec" or "copy"
         self.in_order: list[bool] = []  # position -> whether its lane is an in-order stream
         self.rules: dict = {}  # (op name, device, source device) -> pricing and lane
+        # the kinds of op issued lately, where issuing kinds in turn costs more (`profile.mix`)
+        self.kinds_issued = RecentKinds(profile.mix) if profile.mix else None
         self.done_events: dict = {}  # position -> Event a blocker waits on
         self.stream_ready: set = set()  # stream ops whose dependencies are met
         self.stream_waits: dict = {}  # position -> Event its stream waits on

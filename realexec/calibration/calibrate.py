@@ -44,6 +44,8 @@ turns them into the Profile that `asyncsim.simulate` prices a program with:
   (square products and matrix-vector products); non-negative least squares on relative error,
   each point a low quantile of repeats, averaged over sweeps spread over seconds
   (`realexec.calibration.microbench.kernel_times`, `realexec.calibration.fits`);
+- `mix`: what issuing ops of several kinds in turn adds to each one's issue cost, which is
+  timed in a loop of its kind alone (`realexec.calibration.issuing.mixed_issue`);
 - `llc` and `dram`: the last-level cache's size and main memory's bandwidth, from an op whose
   output cycles through more and more buffers (`realexec.calibration.caches`);
 - `crowd` of those costs: how much one more kernel running at once stretches a memory-bound
@@ -85,7 +87,7 @@ from pathlib import Path
 import numpy as np
 
 from asyncsim.model.profile import Cost, Profile, ProfileError
-from realexec.calibration import caches, fits, microbench
+from realexec.calibration import caches, fits, issuing, microbench
 from realexec.calibration.fits import (
     blocker_costs,
     fit,
@@ -106,7 +108,7 @@ from realexec.engine.core import Engine, default_workers
 from realexec.engine.native import CAPACITY, IDLE_SPIN_S
 from realexec.frontend import machine
 
-VERSION = 14  # bump when what is measured changes: older cache files are then ignored
+VERSION = 15  # bump when what is measured changes: older cache files are then ignored
 
 
 def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
@@ -180,6 +182,7 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
                    handover=raw.get("handover", {}).get("handover", 0.0),
                    native=int(native), idle_spin=IDLE_SPIN_S if native else 0.0,
                    table=CAPACITY if native else 0, llc=cache["llc"], dram=cache["dram"],
+                   mix=issuing.fit_mix(raw["mixed"]["ratios"]) if "mixed" in raw else 0.0,
                    meta=json.loads(json.dumps({**meta, "measurements": raw})))  # as saved
 
 

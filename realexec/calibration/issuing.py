@@ -13,6 +13,8 @@ and Gluon's blocks.
   imperative layer calls against the `nd` calls they make (what a block call adds, which no op
   carries: kept in meta for the model, which has no cost for it yet).
 - `recording_overhead(bench, n, loops, pause)`: what `autograd.record()` adds per op issued.
+- `mixed_issue(bench, n, loops, pause)`: what issuing ops of several kinds in turn costs over
+  the same ops each issued in a loop of its own (`Profile.mix`).
 
 Every loop runs with the workers held, so that no worker competes for the GIL or a core, and
 the arrays the calls read are written by the first held op, so no call's op is ready and none
@@ -25,7 +27,7 @@ from __future__ import annotations
 import threading
 from time import perf_counter_ns
 
-from realexec.calibration.microbench import _HOLD
+from realexec.calibration.microbench import _HOLD, op_makers
 from realexec.calibration.steady import busy, central
 from realexec.calibration.training import WINDOW, small_cnn, small_mlp
 
@@ -250,3 +252,61 @@ def recording_overhead(bench, n: int, loops: int, pause: float) -> dict:
         nd.waitall()
         del kept
     return {kind: central(values) for kind, values in samples.items()}
+
+
+MIXED_KINDS = ("dot", "broadcast", "relu", "ones", "normal", "add", "sum", "copy", "slice",
+               "add_scalar")
+
+
+def mixed_issue(bench, n: int, loops: int, pause: float, counts=(2, 5, 10)) -> dict:
+    """Frontend seconds per op of the first k kinds of `MIXED_KINDS` issued in turn, against
+    the mean of the same kinds each issued in a loop of its own (what the other issue costs
+    are timed on), for each k of `counts`: {"ratios": {k: mixed / separate}, "mix": m} with m
+    the least-squares fit of ratio = 1 + m (1 - 1/k) (`Profile.mix`). A loop of one kind keeps
+    one path through the frontend's code hot; kinds in turn cost more (2-core Intel VM: 1.23-1.25x
+    for two kinds, 1.35x for five, 1.41-1.45x for ten; 1.22x for three whether they alternate
+    op by op or in pairs). Workers held,
+    outputs kept, as `microbench.frontend`."""
+    nd = bench.nd
+    makers, held = op_makers(nd)
+    nd.waitall()
+    kinds = MIXED_KINDS[:max(counts)]
+    separate: dict = {kind: [] for kind in kinds}
+    mixed: dict = {k: [] for k in counts}
+
+    hold_s = max(0.02, 60e-6 * n)
+
+    def period(calls) -> float:
+        """Seconds per call, the workers held meanwhile (each loop on its own hold: the
+        engine's table would fill with every loop's ops held at once)."""
+        bench.hold(held, hold_s)
+        kept = []
+        start = perf_counter_ns()
+        for make in calls:
+            kept.append(make())
+        seconds = (perf_counter_ns() - start) * 1e-9 / len(calls)
+        nd.waitall()
+        return seconds
+
+    for _ in range(loops):
+        busy(pause)
+        period([makers[kinds[0]]] * n)  # untimed: the first loop after a pause is slower
+        for kind in kinds:
+            separate[kind].append(period([makers[kind]] * n))
+        for k in counts:
+            mixed[k].append(period([makers[kind] for kind in kinds[:k]] * max(1, n // k)))
+    alone = {kind: central(values) for kind, values in separate.items()}
+    ratios = {k: central(values) / (sum(alone[kind] for kind in kinds[:k]) / k)
+              for k, values in mixed.items()}
+    return {"ratios": ratios, "mix": fit_mix(ratios)}
+
+
+def fit_mix(ratios: dict) -> float:
+    """`Profile.mix` from {k: mixed / separate}: the least-squares m of ratio = 1 + m (1 - 1/k)
+    (any mixing costs most of it, more kinds a little more); never below 0."""
+    shares = {int(k): 1.0 - 1.0 / int(k) for k in ratios}
+    if not any(shares.values()):
+        return 0.0
+    mix = (sum((r - 1.0) * shares[int(k)] for k, r in ratios.items())
+           / sum(v * v for v in shares.values()))
+    return max(0.0, mix)

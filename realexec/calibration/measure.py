@@ -214,6 +214,8 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
                                             s.spread / 4)
         raw["recording"] = issuing.recording_overhead(bench, max(1, s.issue_ops // 3),
                                                       max(1, s.loops // 3), s.spread / 4)
+        raw["mixed"] = issuing.mixed_issue(bench, s.issue_ops, max(1, s.loops // 2),
+                                           s.spread / 4)
         bar.update()
         bar.set_postfix_str("round trip")
         raw["roundtrip_late"] = microbench.roundtrip(bench, s.roundtrips, s.loops, s.spread / 2)

@@ -81,14 +81,12 @@ class _Bench:
             self.engine.push(time.sleep, (), writes, "cpu", _HOLD, (pause,))
 
 
-def frontend(bench: _Bench, n: int, repeats: int, pause: float = 0.0) -> dict:
-    """Seconds per issued op for each op kind (held workers), and per dropped last handle
-    ("free": the mean of drops whose op is done and of drops whose op is pending, "frees")."""
-    nd = bench.nd
+def op_makers(nd) -> tuple[dict, tuple]:
+    """kind -> a call that issues one small op of that kind (the kinds `frontend` prices), and
+    the arrays (x, m, row) those calls read."""
     x = nd.ones((8,))
     m = nd.ones((4, 4))
     row = nd.ones((4,))
-    nd.waitall()
     makers = {
         "add_scalar": lambda: x + 1.0,
         "add": lambda: x + x,
@@ -101,6 +99,15 @@ def frontend(bench: _Bench, n: int, repeats: int, pause: float = 0.0) -> dict:
         "copy": lambda: x.copy(),
         "slice": lambda: m[0:2],
     }
+    return makers, (x, m, row)
+
+
+def frontend(bench: _Bench, n: int, repeats: int, pause: float = 0.0) -> dict:
+    """Seconds per issued op for each op kind (held workers), and per dropped last handle
+    ("free": the mean of drops whose op is done and of drops whose op is pending, "frees")."""
+    nd = bench.nd
+    makers, (x, m, row) = op_makers(nd)
+    nd.waitall()
     hold_s = max(0.02, 60e-6 * n)
 
     def period(make) -> float:
