@@ -93,3 +93,32 @@ def test_a_deletion_does_not_wait_for_an_earlier_one_whose_op_runs_long():
         gate.set()
         engine.wait_all()
         assert released == ["v", "held"]
+
+
+def test_a_push_looks_at_pending_deletions_only_after_an_op_finished(monkeypatch):
+    """Pushes behind a held op, each deleting the var the push before wrote: no op finishes
+    meanwhile, so after the first no push looks at the pending deletions (a look per push cost
+    a frontend running ahead of its workers microseconds an op). Once the ops have finished,
+    the next push gives back every deletion, and nothing is given back twice."""
+    gate, released, looks = threading.Event(), [], []
+    with realexec.NativeEngine(workers=1) as engine:
+        look = engine._run_frees
+        monkeypatch.setattr(engine, "_run_frees",
+                            lambda every=False: (looks.append(every), look(every)))
+        held = engine.new_var("held")
+        engine.push(gate.wait, (), (held,))
+        previous = None
+        for k in range(40):
+            var = engine.new_var(f"v{k}")
+            engine.push(lambda: None, (held,), (var,))
+            if previous is not None:
+                engine.delete_var(previous, released.append, (k - 1,))
+            previous = var
+        assert len(looks) == 1 and released == []
+        gate.set()
+        engine.wait_for_var(previous)
+        engine.push(lambda: None, (), (engine.new_var("after"),))
+        assert sorted(released) == list(range(39))
+        engine.delete_var(previous, released.append, (39,))
+        engine.wait_all()
+        assert sorted(released) == list(range(40))

@@ -100,6 +100,9 @@ class NativeEngine(shutdown.Ending):
         self._frees: list = []
         self._free_seq = itertools.count()  # ties: in order of deletion
         self._scanned = 0  # ops done when the pending deletions were last looked at all
+        # ops done when the pending deletions were last looked at: a push looks again only
+        # once another op has finished (none can have become free meanwhile)
+        self._frees_seen = -1
         self._failures: list[Failure] = []
         self._observed: set[int] = set()
         self._tainted = False  # a var is poisoned: pushes look for inherited failures
@@ -171,7 +174,7 @@ class NativeEngine(shutdown.Ending):
             self.throttle(name, op_id)
         if token - self._harvested >= self._harvest_every and not self._sync:
             self._harvest(token)
-        if self._frees:
+        if self._frees and self._buf[t.H_DONE] != self._frees_seen:
             self._run_frees()
         failed = 0
         if self._tainted and self._inherited(reads, writes) is not None:
@@ -249,6 +252,9 @@ class NativeEngine(shutdown.Ending):
         until the end where the model's fell. So once `_RESCAN` more ops have finished since
         the last look, every pending deletion is looked at (a scan per that many ops)."""
         frees, done, buf = self._frees, self._done, self._buf
+        # read before the looks: an op finishing during them moves it, so the next push looks
+        # again (a finished op's state is written before H_DONE moves)
+        self._frees_seen = buf[t.H_DONE]
 
         def finished(entry) -> bool:  # its last user below the low-water mark, or each done
             return every or entry[0] < buf[t.H_LOW] or all(map(done, entry[2]))
