@@ -16,7 +16,10 @@ and run on the real engine, side by side.
    shared: each measurement waits for a quiet second first (other processes' CPU time, from
    /proc/stat), and one during which they kept 0.1 cores busy is taken again (three tries);
 3. the summary: the error of the total time per scenario, their median and maximum (absolute),
-   and the error of the peak memory;
+   and the error of the peak memory; beside each, the machine's speed around its runs against
+   its speed while calibrating (`realexec.calibration.steady.speed_probe`, taken by both): a
+   virtual machine's speed moves for minutes at a time, which no profile can know (reported,
+   never used by the prediction);
 4. with `--collections N`, steps 1-3 N times, each calibrating again, and each scenario's error
    over them: its median, and the range the machine's moments give it.
 
@@ -45,7 +48,7 @@ from asyncsim.lab import scenarios
 from asyncsim.lab.compare import compare, table
 from realexec import run
 from realexec.calibration.calibrate import BackgroundLoad, calibrate
-from realexec.calibration.steady import busy, central
+from realexec.calibration.steady import busy, central, speed_probe
 from realexec.frontend import machine
 
 NO_NUMPY = dict(numpy_part=False)
@@ -154,7 +157,7 @@ def main() -> None:
 
 def collect(args, force: bool) -> list:
     """Calibrate (or load the cached profile), then predict and measure every scenario; print
-    each table and the summary. [(name, total row, peak row or None, others, spread)]."""
+    each table and the summary. [(name, total row, peak row or None, others, spread, speed)]."""
     start = time.perf_counter()
     profile = calibrate(workers=args.workers, force=force, progress=sys.stderr.isatty())
     workers = profile.workers
@@ -170,6 +173,8 @@ def collect(args, force: bool) -> list:
           + f", crowd {profile.costs['cpu:elementwise'].crowd:.2f}"
           + (f", llc {profile.llc / 2**20:.0f} MiB, dram {profile.dram / 1e9:.1f} GB/s"
              if profile.dram else ", llc and dram off"))
+    probes = profile.meta.get("measurements", {}).get("speed_probe")
+    reference = statistics.mean(probes) if probes else None  # None: calibrated before it
     sizes = QUICK_SIZES if args.quick else SIZES
     names = args.only or scenarios.names("cpu")
     summary = []
@@ -182,7 +187,9 @@ def collect(args, force: bool) -> list:
             wait_for_quiet()
             busy(1.0)  # cores that idled run slower for seconds (realexec.calibration.steady)
             load = BackgroundLoad()
+            before = speed_probe()
             meas, spread = measure(scenario, workers, params, args.repeat)
+            now = 0.5 * (before + speed_probe())
             others = load.cores()
             if others < LOAD:
                 break
@@ -194,25 +201,28 @@ def collect(args, force: bool) -> list:
                                 f"{others:.2f} cores busy]"))
         total = next(r for r in rows if r.name == "total")
         peak = next((r for r in rows if r.name == "peak cpu"), None)
-        summary.append((name, total, peak, others, spread))
+        speed = reference / now if reference else float("nan")
+        summary.append((name, total, peak, others, spread, speed))
         sys.stdout.flush()
 
     print()
     print(f"{'scenario':<26s} {'predicted':>11s} {'measured':>11s} {'total err':>10s} "
-          f"{'spread':>7s} {'peak err':>9s} {'others':>7s}")
-    for name, total, peak, others, spread in summary:
+          f"{'spread':>7s} {'peak err':>9s} {'others':>7s} {'speed':>6s}")
+    for name, total, peak, others, spread, speed in summary:
         peak_err = f"{peak.error:+9.1%}" if peak is not None else "      n/a"
         print(f"{name:<26s} {total.predicted * 1e3:9.2f}ms {total.measured * 1e3:9.2f}ms "
-              f"{total.error:+10.1%} {spread:7.1%} {peak_err} {others:7.2f}")
+              f"{total.error:+10.1%} {spread:7.1%} {peak_err} {others:7.2f} {speed:6.2f}")
     print("(spread: (longest - shortest) / central total of the measured runs; others: cores "
-          "that other processes kept busy during them)")
-    errors = [abs(total.error) for _, total, _, _, _ in summary]
-    peaks = [abs(peak.error) for _, _, peak, _, _ in summary if peak is not None]
+          "that other processes kept busy during them; speed: the machine's speed around the "
+          "runs against while calibrating, from `speed_probe` (0.90: 10% slower), which the "
+          "prediction does not use)")
+    errors = [abs(total.error) for _, total, *_ in summary]
+    peaks = [abs(peak.error) for _, _, peak, *_ in summary if peak is not None]
     print(f"\ntotal time: median |error| {statistics.median(errors):.1%} (target <= 10%), "
           f"max {max(errors):.1%} (target <= 25%)")
-    longer = [abs(total.error) for _, total, _, _, _ in summary if total.measured >= 1e-3]
+    longer = [abs(total.error) for _, total, *_ in summary if total.measured >= 1e-3]
     if len(longer) < len(errors):
-        short = [name for name, total, _, _, _ in summary if total.measured < 1e-3]
+        short = [name for name, total, *_ in summary if total.measured < 1e-3]
         print(f"  without runs under 1 ms ({', '.join(short)}: mostly a fresh engine's "
               f"start-up and cold code): median {statistics.median(longer):.1%}, "
               f"max {max(longer):.1%}")
@@ -228,14 +238,17 @@ def summarise_collections(collections: list) -> None:
     machine (the median is the model's own error; the range, the machine's)."""
     names = [name for name, *_ in collections[0]]
     print(f"\n=== over {len(collections)} collections (each calibrated and measured anew) ===")
-    print(f"{'scenario':<26s} {'median err':>10s}   errors of the collections")
+    print(f"{'scenario':<26s} {'median err':>10s}   errors of the collections (the machine's "
+          f"speed against while calibrating)")
     medians, peaks = [], []
     for i, name in enumerate(names):
         errors = [c[i][1].error for c in collections]
         middle = statistics.median(errors)
         medians.append(abs(middle))
         peaks += [abs(c[i][2].error) for c in collections if c[i][2] is not None]
-        print(f"{name:<26s} {middle:+10.1%}   " + " ".join(f"{e:+7.1%}" for e in errors))
+        speeds = [c[i][5] for c in collections]
+        print(f"{name:<26s} {middle:+10.1%}   "
+              + " ".join(f"{e:+7.1%} ({v:.2f})" for e, v in zip(errors, speeds, strict=True)))
     print(f"\ntotal time, each scenario's median error over the collections: median "
           f"{statistics.median(medians):.1%} (target <= 10%), max {max(medians):.1%} "
           f"(target <= 25%)")

@@ -21,7 +21,7 @@ from realexec.calibration import caches, issuing, microbench, training
 from realexec.calibration import gil as microbench_gil
 from realexec.calibration import host as microbench_host
 from realexec.calibration.fits import FITTED, ROW
-from realexec.calibration.steady import busy
+from realexec.calibration.steady import busy, speed_probe
 from realexec.sessions import session
 
 
@@ -166,6 +166,8 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
     # this kind of machine runs slower for seconds after its cores idled
     # (realexec.calibration.steady)
     busy(1.0 if s.spread else 0.0)
+    # the machine's speed while calibrating, for a measurement to compare its own against
+    probes = [speed_probe()]
     if s.llc_elements:
         bar.set_postfix_str("last-level cache")
         raw["caches"] = caches.sweep(s.llc_elements, s.llc_buffers, *s.llc_repeats)
@@ -225,6 +227,8 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
         bar.set_postfix_str("concurrency")
         raw["concurrency"] = _concurrency(bench, s) if workers > 1 else {}
         bar.update()
+    probes.append(speed_probe())
+    raw["speed_probe"] = probes
     bar.close()
     return raw
 

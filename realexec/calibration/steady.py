@@ -1,6 +1,7 @@
-"""Measuring on a machine whose speed moves: pauses that keep the cores at work (`busy`) and the
-summary of rounds spread over seconds (`central`), for `realexec.calibration.microbench`,
-`realexec.calibration.host` and benchmarks/accuracy.py.
+"""Measuring on a machine whose speed moves: pauses that keep the cores at work (`busy`), the
+summary of rounds spread over seconds (`central`), and a probe of the machine's speed of the
+moment (`speed_probe`), for `realexec.calibration.microbench`, `realexec.calibration.host` and
+benchmarks/accuracy.py.
 
 A virtual machine's cores run slower for seconds after they idle. Measured on the 2-core VM
 here: the same Python loop took 250-300 us instead of 140 us in about half of the samples taken
@@ -54,3 +55,26 @@ def central(samples) -> float:
     values = np.sort(np.asarray(samples, dtype=float))
     cut = int(len(values) * 0.2) if len(values) >= 5 else 0
     return float(values[cut:len(values) - cut].mean())
+
+
+def speed_probe(rounds: int = 7) -> float:
+    """Seconds of a fixed piece of backend work on this thread, the median of `rounds`: the
+    engine's compiled sampler on 1M floats (the cores' speed) and its add on two 8 MiB arrays
+    (the caches' and memory's). The same probe taken when a profile was calibrated and when a
+    workload is measured says how much faster or slower the machine runs meanwhile (a virtual
+    machine's speed moves by 10-20% for minutes at a time); it prices nothing."""
+    from realexec.cpu.kernels import KERNELS
+
+    sample, add = KERNELS["uniform"], KERNELS["add"]
+    attrs = {"low": 0.0, "high": 1.0, "seed": 0}
+    noise = np.empty(1 << 20, dtype=np.float32)
+    x, out = np.ones(1 << 21, dtype=np.float32), np.empty(1 << 21, dtype=np.float32)
+    sample((), noise, attrs)
+    add((x, x), out, {})
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        sample((), noise, attrs)
+        add((x, x), out, {})
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
