@@ -54,6 +54,10 @@ naming it and what is accepted.
 `llc`, `dram` (0: off): the host's last-level cache in bytes and main memory's bytes/s, for the
 data a loop has let fall out of the caches (`asyncsim.model.caches`).
 
+`mix` (0: off): what issuing ops of several kinds in turn adds to the frontend's price of each,
+1 + mix (1 - 1/k) for k kinds among the last ops issued (`asyncsim.model.issue`); issue costs are
+timed in a loop of one kind, which keeps one path through the frontend's code hot.
+
 `rss_keep`: bytes of freed buffers the allocator keeps resident (`asyncsim.model.rss`). `fitted`
 (read from meta["fitted"]): the printed numbers a preset was fitted to.
 
