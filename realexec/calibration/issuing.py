@@ -263,10 +263,10 @@ def mixed_issue(bench, n: int, loops: int, pause: float, counts=(2, 5, 10)) -> d
     the mean of the same kinds each issued in a loop of its own (what the other issue costs
     are timed on), for each k of `counts`: {"ratios": {k: mixed / separate}, "mix": m} with m
     the least-squares fit of ratio = 1 + m (1 - 1/k) (`Profile.mix`). A loop of one kind keeps
-    one path through the frontend's code hot; kinds in turn cost more (2-core Intel VM: 1.23-1.25x
-    for two kinds, 1.35x for five, 1.41-1.45x for ten; 1.22x for three whether they alternate
-    op by op or in pairs). Workers held,
-    outputs kept, as `microbench.frontend`."""
+    one path through the frontend's code hot; kinds in turn cost more (2-core Intel VM, three
+    calibrations: 1.22-1.27x for two kinds, 1.33-1.38x for five, 1.34-1.45x for ten; m 0.42-0.44;
+    three kinds cost alike whether they alternate op by op or in pairs). Workers held, outputs
+    kept, as `microbench.frontend`."""
     nd = bench.nd
     makers, held = op_makers(nd)
     nd.waitall()
