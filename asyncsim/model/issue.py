@@ -194,7 +194,7 @@ class FrontendProcess:
         rule = self.rules.get(key)
         if rule is None:
             rule = self.rules[key] = self._rule(op, broadcast)
-        issue_cost, lane_cost, link, queue = rule
+        issue_cost, lane_cost, link, queue, phased = rule
         self.ops.append(op)
         cold = 0.0  # what the bytes it finds outside the caches add (`asyncsim.model.caches`)
         if self.caches is not None and not link and device_kind(op.device) == "cpu":
@@ -214,18 +214,13 @@ class FrontendProcess:
         cost = self.profile.t1 if issue_cost is None else issue_cost.time(op.nbytes, op.flops)
         if self.kinds_issued is not None:
             factor = self.kinds_issued.factor(op.name)
-            if not self._phased(op):
+            if not phased:  # a phase's cost was timed on mixed sequences already
                 cost *= factor
         if device_kind(op.device) == "gpu":
             cost += self.profile.gpu_issue
         if len(self.ops) == 1:  # the first push into a fresh engine
             cost += self.profile.startup
         return cost, queue
-
-    def _phased(self, op: Op) -> bool:
-        """Whether `op` is priced by its phase's cost (backward's, a Trainer's)."""
-        phase = op.attrs.get("phase")
-        return phase is not None and f"frontend:{phase}" in self.profile.costs
 
     def _broadcast(self, op: Op) -> bool:
         """Whether the operands of a binary op differ in shape (numpy's broadcasting)."""
@@ -243,7 +238,9 @@ class FrontendProcess:
             queue = self.streams[gpu, "copy"]
         else:
             queue = self.streams[op.device, "compute"]
-        return self.profile.issue_rule(op, broadcast), lane_cost, link, queue
+        phase = op.attrs.get("phase")  # priced by its phase's cost (backward's, a Trainer's)
+        phased = phase is not None and f"frontend:{phase}" in self.profile.costs
+        return self.profile.issue_rule(op, broadcast), lane_cost, link, queue, phased
 
     def _push(self, op: Op, queue) -> int:
         position = len(self.ops) - 1
