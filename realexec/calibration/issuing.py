@@ -261,8 +261,8 @@ MIXED_KINDS = ("dot", "broadcast", "relu", "ones", "normal", "add", "sum", "copy
 def mixed_issue(bench, n: int, loops: int, pause: float, counts=(2, 5, 10)) -> dict:
     """Frontend seconds per op of the first k kinds of `MIXED_KINDS` issued in turn, against
     the mean of the same kinds each issued in a loop of its own (what the other issue costs
-    are timed on), for each k of `counts`: {"ratios": {k: mixed / separate}, "mix": m} with m
-    the least-squares fit of ratio = 1 + m (1 - 1/k) (`Profile.mix`). A loop of one kind keeps
+    are timed on), for each k of `counts`: {"ratios": {k: mixed / separate}}, which `fit_mix`
+    turns into `Profile.mix`. A loop of one kind keeps
     one path through the frontend's code hot; kinds in turn cost more (2-core Intel VM, three
     calibrations: 1.22-1.27x for two kinds, 1.33-1.38x for five, 1.34-1.45x for ten; m 0.42-0.44;
     three kinds cost alike whether they alternate op by op or in pairs). Workers held, outputs
@@ -276,17 +276,8 @@ def mixed_issue(bench, n: int, loops: int, pause: float, counts=(2, 5, 10)) -> d
 
     hold_s = max(0.02, 60e-6 * n)
 
-    def period(calls) -> float:
-        """Seconds per call, the workers held meanwhile (each loop on its own hold: the
-        engine's table would fill with every loop's ops held at once)."""
-        bench.hold(held, hold_s)
-        kept = []
-        start = perf_counter_ns()
-        for make in calls:
-            kept.append(make())
-        seconds = (perf_counter_ns() - start) * 1e-9 / len(calls)
-        nd.waitall()
-        return seconds
+    def period(calls) -> float:  # each loop on its own hold: held at once, they fill the table
+        return bench.issue_period(held, calls, hold_s)
 
     for _ in range(loops):
         busy(pause)
@@ -298,7 +289,7 @@ def mixed_issue(bench, n: int, loops: int, pause: float, counts=(2, 5, 10)) -> d
     alone = {kind: central(values) for kind, values in separate.items()}
     ratios = {k: central(values) / (sum(alone[kind] for kind in kinds[:k]) / k)
               for k, values in mixed.items()}
-    return {"ratios": ratios, "mix": fit_mix(ratios)}
+    return {"ratios": ratios}
 
 
 def fit_mix(ratios: dict) -> float:

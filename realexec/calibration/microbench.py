@@ -80,6 +80,18 @@ class _Bench:
             pause = seconds if k == 0 or others is None else others
             self.engine.push(time.sleep, (), writes, "cpu", _HOLD, (pause,))
 
+    def issue_period(self, arrays, calls, seconds: float) -> float:
+        """Seconds per call of `calls` (each issues an op, kept), every worker held meanwhile
+        by `hold(arrays, seconds)`, so no op issued is ready; then waits for all of it."""
+        self.hold(arrays, seconds)
+        kept = []
+        start = perf_counter_ns()
+        for make in calls:
+            kept.append(make())
+        seconds = (perf_counter_ns() - start) * 1e-9 / len(calls)
+        self.nd.waitall()
+        return seconds
+
 
 def op_makers(nd) -> tuple[dict, tuple]:
     """kind -> a call that issues one small op of that kind (the kinds `frontend` prices), and
@@ -111,14 +123,7 @@ def frontend(bench: _Bench, n: int, repeats: int, pause: float = 0.0) -> dict:
     hold_s = max(0.02, 60e-6 * n)
 
     def period(make) -> float:
-        bench.hold((x, m, row), hold_s)
-        kept = []
-        start = perf_counter_ns()
-        for _ in range(n):
-            kept.append(make())
-        seconds = (perf_counter_ns() - start) * 1e-9 / n
-        nd.waitall()
-        return seconds
+        return bench.issue_period((x, m, row), [make] * n, hold_s)
 
     def drops(pending: bool) -> float:
         """Seconds per dropped last handle of x + 1's result: with its op done (the engine

@@ -255,18 +255,14 @@ class NativeEngine(shutdown.Ending):
         # read before the looks: an op finishing during them moves it, so the next push looks
         # again (a finished op's state is written before H_DONE moves)
         self._frees_seen = buf[t.H_DONE]
-
-        def finished(entry) -> bool:  # its last user below the low-water mark, or each done
-            return every or entry[0] < buf[t.H_LOW] or all(map(done, entry[2]))
-
-        while frees and finished(frees[0]):
+        while frees and _finished(frees[0], every, buf, done):
             _, _, _, fn, args = heapq.heappop(frees)
             self._give_back(fn, args)
         if frees and buf[t.H_DONE] - self._scanned >= _RESCAN:
             self._scanned = buf[t.H_DONE]
             kept = []
             for entry in frees:
-                if finished(entry):
+                if _finished(entry, every, buf, done):
                     self._give_back(entry[3], entry[4])
                 else:
                     kept.append(entry)
@@ -550,6 +546,13 @@ def _clear(ops: list, lo: int, hi: int) -> None:
     else:  # wraps around the end of the ring
         ops[a:] = [None] * (cap - a)
         ops[:a + n - cap] = [None] * (a + n - cap)
+
+
+def _finished(entry, every: bool, buf, done) -> bool:
+    """Whether a pending deletion (`NativeEngine._frees`) can go: its last user is below the
+    low-water mark, or each of its users is done (`every`: nothing runs any more). A function,
+    not a closure: `_run_frees` runs on the push path, and made one per call."""
+    return every or entry[0] < buf[t.H_LOW] or all(map(done, entry[2]))
 
 
 def _done_in(buf, cap: int):
