@@ -7,8 +7,10 @@
 2. Products of 100x100 matrices, 100 a loop, on two workers: chained (`y = nd.dot(y, x)`) and
    independent (`nd.dot(x, x)`), with the workers running and with both held by a gate op until
    the loop is issued. Per op: the frontend's period (the loop's time) and the median issue
-   span (the push alone). A chained push with a running worker gives back the previous `y`'s
-   buffer whenever an op finished since the last look (`NativeEngine._run_frees`).
+   span (the push alone); and the pushes that looked at the pending deletions, with the time
+   of a look (`NativeEngine._run_frees`, timed by a wrapper, which adds ~0.1 us): a chained
+   push with a running worker gives back the previous `y`'s buffer whenever an op finished
+   since the last look.
 3. Pushes while the frontend runs ahead of a held worker: `y = o + 1` on (1, 8) and a dense
    layer's `relu(dot(x, w) + b)`, each dropping the previous result, on one worker held by a
    gate op (the deletions wait), against the same loop with the worker running.
@@ -55,20 +57,37 @@ def _hold(nd, arrays, workers: int) -> threading.Event:
     return gate
 
 
-def _loop(nd, body, n: int, held_arrays, workers: int) -> tuple[float, float]:
-    """(seconds per op of the loop, median issue span) of `n` calls of `body`, the workers
-    held meanwhile when `held_arrays` is not None."""
+def _timed_frees(engine) -> list:
+    """Time every call of the engine's `_run_frees` from now on (seconds, appended to the
+    returned list): the pending deletions given back on the push path."""
+    calls, run = [], engine._run_frees
+
+    def timed(every=False):
+        start = time.perf_counter()
+        run(every)
+        calls.append(time.perf_counter() - start)
+
+    engine._run_frees = timed
+    return calls
+
+
+def _loop(nd, body, n: int, held_arrays, workers: int, frees=None) -> tuple:
+    """(seconds per op of the loop, median issue span, `_run_frees` calls during the loop and
+    their median seconds) of `n` calls of `body`, the workers held meanwhile when
+    `held_arrays` is not None; `frees`: the list `_timed_frees` fills."""
     engine = nd._backend.engine
     gate = None if held_arrays is None else _hold(nd, held_arrays, workers)
     since = len(engine.log)
+    looked = len(frees) if frees is not None else 0
     start = time.perf_counter()
     body(n)
     period = (time.perf_counter() - start) / n
+    looks = frees[looked:] if frees is not None else []
     if gate is not None:
         gate.set()
     nd.waitall()
     spans = [(b - a) * 1e-9 for _, kind, _, _, a, b in engine.log[since:] if kind == "issue"]
-    return period, statistics.median(spans[-n:])
+    return period, statistics.median(spans[-n:]), len(looks), statistics.median(looks or [0.0])
 
 
 def products(rounds: int) -> None:
@@ -88,15 +107,18 @@ def products(rounds: int) -> None:
 
         for body in (chained, independent):  # untimed: code and buffers warm
             _loop(nd, body, 100, None, 2)
+        frees = _timed_frees(nd._backend.engine)
         for _ in range(rounds):
             for name, body in (("chained", chained), ("independent", independent)):
                 for state, held in (("running", None), ("held", (x,))):
-                    results.setdefault((name, state), []).append(_loop(nd, body, 100, held, 2))
-    print("\n2. products of 100x100 matrices, two workers: frontend period / push span per op")
+                    results.setdefault((name, state), []).append(
+                        _loop(nd, body, 100, held, 2, frees))
+    print("\n2. products of 100x100 matrices, two workers, per op: frontend period, push span;"
+          " looks at pending deletions during the loop (of 100 pushes), median us a look")
     for (name, state), values in results.items():
-        period = statistics.median(v[0] for v in values) * US
-        span = statistics.median(v[1] for v in values) * US
-        print(f"   {name:12s} workers {state:8s} period {period:6.1f} us   span {span:5.1f} us")
+        period, span, looks, look = (statistics.median(v[i] for v in values) for i in range(4))
+        print(f"   {name:12s} workers {state:8s} period {period * US:6.1f} us   span "
+              f"{span * US:5.1f} us   looks {looks:4.0f}   {look * US:5.2f} us a look")
 
 
 def running_ahead(rounds: int) -> None:
