@@ -10,10 +10,16 @@
    span (the push alone); and the pushes that looked at the pending deletions, with the time
    of a look (`NativeEngine._run_frees`, timed by a wrapper, which adds ~0.1 us): a chained
    push with a running worker gives back the previous `y`'s buffer whenever an op finished
-   since the last look.
+   since the last look; of that look, the pool's release of the buffer (`Pool.release`,
+   timed by a wrapper too).
 3. Pushes while the frontend runs ahead of a held worker: `y = o + 1` on (1, 8) and a dense
    layer's `relu(dot(x, w) + b)`, each dropping the previous result, on one worker held by a
    gate op (the deletions wait), against the same loop with the worker running.
+4. Python on one core while the other core works (Linux only): a loop of dict stores pinned to
+   one core, alone and while a thread pinned to the other core multiplies 1500x1500 matrices
+   (single-threaded BLAS) or copies 16 MiB. Whether the machine itself slows the frontend when
+   a worker computes beside it: where it does not, what sections 2 and 3 show beyond the looks
+   is the engine's own cost.
 
 Medians over R rounds, each case in turn within a round; ratios and times taken side by side in
 one run, never asserted: this machine's speed moves. Units: microseconds.
@@ -22,9 +28,13 @@ one run, never asserted: this machine's speed moves. Units: microseconds.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import threading
 import time
+
+import numpy as np
+import threadpoolctl
 
 import realexec
 from realexec.calibration import issuing, microbench
@@ -57,18 +67,30 @@ def _hold(nd, arrays, workers: int) -> threading.Event:
     return gate
 
 
-def _timed_frees(engine) -> list:
-    """Time every call of the engine's `_run_frees` from now on (seconds, appended to the
-    returned list): the pending deletions given back on the push path."""
-    calls, run = [], engine._run_frees
+def _timed_frees(backend) -> tuple[list, list]:
+    """Time every call of the engine's `_run_frees` from now on, and every release of a CPU
+    buffer made inside one (seconds, appended to the two returned lists): the pending
+    deletions given back on the push path, and the pool's part of that."""
+    engine = backend.engine
+    calls, releases, run, release = [], [], engine._run_frees, backend._release_cpu
+    inside = [False]
 
     def timed(every=False):
+        inside[0] = True
         start = time.perf_counter()
         run(every)
         calls.append(time.perf_counter() - start)
+        inside[0] = False
+
+    def timed_release(array):
+        start = time.perf_counter()
+        release(array)
+        if inside[0]:
+            releases.append(time.perf_counter() - start)
 
     engine._run_frees = timed
-    return calls
+    backend._release_cpu = timed_release  # `free` reads it at each drop
+    return calls, releases
 
 
 def _loop(nd, body, n: int, held_arrays, workers: int, frees=None) -> tuple:
@@ -78,16 +100,18 @@ def _loop(nd, body, n: int, held_arrays, workers: int, frees=None) -> tuple:
     engine = nd._backend.engine
     gate = None if held_arrays is None else _hold(nd, held_arrays, workers)
     since = len(engine.log)
-    looked = len(frees) if frees is not None else 0
+    calls, releases = frees if frees is not None else ([], [])
+    looked, released = len(calls), len(releases)
     start = time.perf_counter()
     body(n)
     period = (time.perf_counter() - start) / n
-    looks = frees[looked:] if frees is not None else []
+    looks, given = calls[looked:], releases[released:]
     if gate is not None:
         gate.set()
     nd.waitall()
     spans = [(b - a) * 1e-9 for _, kind, _, _, a, b in engine.log[since:] if kind == "issue"]
-    return period, statistics.median(spans[-n:]), len(looks), statistics.median(looks or [0.0])
+    return (period, statistics.median(spans[-n:]), len(looks), statistics.median(looks or [0.0]),
+            statistics.median(given or [0.0]))
 
 
 def products(rounds: int) -> None:
@@ -107,18 +131,21 @@ def products(rounds: int) -> None:
 
         for body in (chained, independent):  # untimed: code and buffers warm
             _loop(nd, body, 100, None, 2)
-        frees = _timed_frees(nd._backend.engine)
+        frees = _timed_frees(nd._backend)
         for _ in range(rounds):
             for name, body in (("chained", chained), ("independent", independent)):
                 for state, held in (("running", None), ("held", (x,))):
                     results.setdefault((name, state), []).append(
                         _loop(nd, body, 100, held, 2, frees))
     print("\n2. products of 100x100 matrices, two workers, per op: frontend period, push span;"
-          " looks at pending deletions during the loop (of 100 pushes), median us a look")
+          " looks at pending deletions during the loop (of 100 pushes), median us a look, and"
+          " of it the pool's release")
     for (name, state), values in results.items():
-        period, span, looks, look = (statistics.median(v[i] for v in values) for i in range(4))
+        period, span, looks, look, release = (statistics.median(v[i] for v in values)
+                                              for i in range(5))
         print(f"   {name:12s} workers {state:8s} period {period * US:6.1f} us   span "
-              f"{span * US:5.1f} us   looks {looks:4.0f}   {look * US:5.2f} us a look")
+              f"{span * US:5.1f} us   looks {looks:4.0f}   {look * US:5.2f} us a look   "
+              f"release {release * US:4.2f} us")
 
 
 def running_ahead(rounds: int) -> None:
@@ -148,6 +175,60 @@ def running_ahead(rounds: int) -> None:
         print(f"   {name:14s} worker {state:8s} {statistics.median(values) * US:6.2f} us")
 
 
+def _python_loop(n: int = 200_000) -> float:
+    """Seconds per iteration of a loop of dict stores: interpreter work, as the frontend's."""
+    start = time.perf_counter()
+    d: dict = {}
+    for i in range(n):
+        d[i & 1023] = i + 1
+    return (time.perf_counter() - start) / n
+
+
+def beside(rounds: int) -> None:
+    if not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
+        print("\n4. (skipped: needs two cores and Linux's sched_setaffinity)")
+        return
+    first, second = sorted(os.sched_getaffinity(0))[:2]
+    everywhere = os.sched_getaffinity(0)
+    stop = threading.Event()
+
+    def products():
+        os.sched_setaffinity(0, {second})
+        a = np.ones((1500, 1500), np.float32)
+        while not stop.is_set():
+            np.dot(a, a)  # ~35 ms without the GIL: the loop beside it runs on
+
+    def copies():
+        os.sched_setaffinity(0, {second})
+        a = np.ones(1 << 22, np.float32)
+        b = np.empty_like(a)
+        while not stop.is_set():
+            np.copyto(b, a)
+
+    ratios: dict = {"1500x1500 products": [], "16 MiB copies": []}
+    os.sched_setaffinity(0, {first})
+    try:
+        with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):  # one core's BLAS
+            for _ in range(rounds):
+                alone = statistics.median(_python_loop() for _ in range(5))
+                for label, work in (("1500x1500 products", products), ("16 MiB copies", copies)):
+                    stop.clear()
+                    thread = threading.Thread(target=work)
+                    thread.start()
+                    time.sleep(0.05)
+                    ratios[label].append(statistics.median(_python_loop() for _ in range(5))
+                                         / alone)
+                    stop.set()
+                    thread.join()
+    finally:
+        os.sched_setaffinity(0, everywhere)
+    print(f"\n4. a Python loop on core {first} while core {second} works, against it alone "
+          f"(slowdown; median and range over the rounds)")
+    for label, values in ratios.items():
+        print(f"   {label:20s} {statistics.median(values):.2f}x   range "
+              f"{min(values):.2f}-{max(values):.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="rounds of every case")
@@ -157,6 +238,7 @@ def main() -> None:
         mixing(max(1, args.rounds // 2))
         products(args.rounds)
         running_ahead(args.rounds)
+        beside(args.rounds)
 
 
 if __name__ == "__main__":
