@@ -74,12 +74,15 @@ def loss(pred, label):
 
 
 def _setup(nd, num_inputs, num_hiddens, batch_size):
+    """The net, after the book's warm-up (one batch through it, so that its parameters exist
+    before timing), and that batch's [X, y]: the book's listing leaves them as globals, which
+    its loop's first batch rebinds, so `ps` counts one batch of data before the loop and one
+    after; the loops below `clear` the list where the book rebinds."""
     net = get_net(nd, num_inputs, num_hiddens)
-    # the book's warm-up: one batch through the net so that parameters exist before timing
     X = nd.random.normal(shape=(batch_size, num_inputs))
     y = nd.ones((batch_size, 1))
     loss(y, net(X)).wait_to_read()
-    return net
+    return net, [X, y]
 
 
 def _step(net, X, y, record):
@@ -103,10 +106,11 @@ def memory_barrier(nd, num_batches=150, batch_size=1024, num_inputs=512,
                    num_hiddens=(2048, 512), blocker='wait_to_read', record=True):
     """A blocker per batch: 12.2.4's `l.wait_to_read()` or 8.2.4's `l.mean().asscalar()`;
     `record`: each batch's tape lives beside its loss (12.2.4's autograd.record())."""
-    net = _setup(nd, num_inputs, num_hiddens, batch_size)
+    net, warm = _setup(nd, num_inputs, num_hiddens, batch_size)
     l_sum = 0.0
     with nd.benchmark('time per epoch'):
         for X, y in data_iter(nd, num_batches, batch_size, num_inputs):
+            warm.clear()  # the book's X and y rebound: the warm-up's go
             l, saved = _step(net, X, y, record)  # noqa: E741 (the book's name)
             if blocker == 'asscalar':
                 l_sum += l.mean().asscalar()
@@ -125,11 +129,13 @@ def memory_no_barrier(nd, num_batches=150, batch_size=1024, num_inputs=512,
     beside its loss; `previous_cell`: the loop starts where the barrier cell ended, with a
     recorded batch still held, which the first batch here lets go.
     """
-    net = _setup(nd, num_inputs, num_hiddens, batch_size)
-    if previous_cell:
+    net, warm = _setup(nd, num_inputs, num_hiddens, batch_size)
+    if previous_cell:  # the barrier cell's first batch rebound the warm-up's X and y
+        warm.clear()
         l, saved = _barrier_cell_end(nd, net, num_inputs, batch_size)  # noqa: E741
     with nd.benchmark('time per epoch'):
         for X, y in data_iter(nd, num_batches, batch_size, num_inputs):
+            warm.clear()
             l, saved = _step(net, X, y, record)  # noqa: E741, F841 (held until the next batch)
         nd.waitall()
 
@@ -141,10 +147,11 @@ def memory_overlap(nd, num_batches=150, batch_size=1024, num_inputs=512,
     After issuing batch t the frontend waits on the loss of batch t-1, so batch t+1's data and
     forward pass are issued only once batch t-1 is done.
     """
-    net = _setup(nd, num_inputs, num_hiddens, batch_size)
+    net, warm = _setup(nd, num_inputs, num_hiddens, batch_size)
     with nd.benchmark('time per epoch'):
         previous = None
         for X, y in data_iter(nd, num_batches, batch_size, num_inputs):
+            warm.clear()
             l = loss(y, net(X))  # noqa: E741
             if previous is not None:
                 previous.wait_to_read()
@@ -207,7 +214,8 @@ SCENARIOS = [
         book_source=f"{_EN} 12.2.4",
         book_note="12.2's loop is forward-only too (autograd.record, no backward); ps "
                   "reported +23.696 MB resident memory after it: the last batch's tape, which l "
-                  "keeps (23.1 MB). 8.2.4's training loop runs backward, which lets its tape go, "
+                  "keeps (23.1 MB), less the warm-up's X, which the loop's first batch let go "
+                  "(2.1 MB). 8.2.4's training loop runs backward, which lets its tape go, "
                   "so the other edition's ps saw +4.648 MB: the two disagree because one "
                   "edition never calls backward"),
     Scenario(
