@@ -17,7 +17,11 @@ The frontend walks `program.instrs`, one SimPy generator:
 - a notebook cell boundary (`Sync` of kind "cell", `nd.cell()`): the frontend idles until every
   op issued so far has finished, as a reader does between two cells, and pays nothing more: no
   t3, no blocker cost. Its "wait" span is named "cell".
-- `Free` drops a handle (costing `profile.free`, an "issue" span, where the profile has it);
+- `Free` drops a handle (costing `profile.free`, an "issue" span, where the profile has it); with
+  a compiled engine (`profile.native`), when an op that was the last to touch a dropped var has
+  finished since the last push, the next push pays `profile.reclaim` at its end (realexec's
+  looks at its pending deletions as it pushes, after the frontend's Python, and gives the
+  buffer back there; a blocker does within its wait);
   `Mark` opens or closes a benchmark region and notes how many memory samples precede it
   (`mark_samples`: label, begin, index into the memory samples).
 
@@ -91,6 +95,12 @@ class FrontendProcess:
                 if ins.fresh:
                     self._reserve(ins.out)
                 yield timeout(issue_cost)
+                # buffers whose ops finished after their drop, since the last push: the engine
+                # gives them back as it pushes (`profile.reclaim`)
+                if self.unclaimed:
+                    self.unclaimed = 0
+                    if profile.native and profile.reclaim:
+                        yield timeout(profile.reclaim)
                 if host is None:
                     position = self._push(ins, queue)
                 else:  # the push may wake an idle worker, which the frontend pays for
@@ -119,6 +129,7 @@ class FrontendProcess:
                     yield event
                     if host is not None:
                         host.frontend_woke()
+                self.unclaimed = 0  # a blocker gives them back within its wait
                 if ins.kind == CELL:  # a user between notebook cells: no blocker returns
                     spans.append(Span("frontend", CELL, -1, start, env.now, "wait"))
                     continue

@@ -54,6 +54,9 @@ naming it and what is accepted.
 `llc`, `dram` (0: off): the host's last-level cache in bytes and main memory's bytes/s, for the
 data a loop has let fall out of the caches (`asyncsim.model.caches`).
 
+`reclaim` (0: off; with `native`): what a push adds when it gives back buffers whose ops finished
+after their last handle was dropped (the compiled engine gives them back there, not at the drop).
+
 `mix` (0: off): what issuing ops of several kinds in turn adds to the frontend's price of each,
 1 + mix (1 - 1/k) for k kinds among the last ops issued (`asyncsim.model.issue`); issue costs are
 timed in a loop of one kind, which keeps one path through the frontend's code hot.
@@ -96,7 +99,7 @@ _SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int,
             "switch": float, "spin": float, "recheck": float, "startup": float,
             "handover": float, "gpu_issue": float, "gpu_wait": float, "gpu_settle": float,
             "pageable": int, "rss_keep": float, "native": int, "idle_spin": float,
-            "table": int, "llc": float, "dram": float, "mix": float}
+            "table": int, "llc": float, "dram": float, "mix": float, "reclaim": float}
 _MINIMUM = {"workers": 1, "cores": 1, "gpus": 0}
 
 
@@ -157,6 +160,11 @@ class Profile:
     # as issue costs are calibrated, keeps one path through the frontend's code hot
     # (`realexec.calibration.issuing.mixed_issue`)
     mix: float = 0.0
+    # (with `native`) what a push adds when it gives back the buffers of dropped vars whose ops
+    # have finished since the drop: realexec's compiled engine does that on the frontend, at its
+    # next push (`NativeEngine._run_frees`); once per push that finds any. A drop whose ops had
+    # finished already gives the buffer back at once, inside `free`. 0: off
+    reclaim: float = 0.0
     meta: dict = field(default_factory=dict)
 
     def __post_init__(self):

@@ -125,6 +125,9 @@ class _Model(FrontendProcess):
         self.low, self.finished_above, self.table_wait = 0, set(), None
         self.touching: dict = {}  # var -> count of unfinished ops that read or write it
         self.freed: set = set()  # vars dropped by the frontend but still touched
+        # buffers of dropped vars released since the frontend's last push: the compiled engine
+        # gives them back at its next one (`profile.reclaim`)
+        self.unclaimed = 0
         self.reserved: dict = {}  # var -> (device, bytes) while its bytes are live
         # the host's last-level cache (`profile.dram` > 0): which bytes an op finds cold, from
         # the pool a run `before` this one left
@@ -205,6 +208,7 @@ class _Model(FrontendProcess):
                     self.freed.remove(var)
                     self._release(var)
                     released += 1
+                    self.unclaimed += 1
         event = self.done_events.pop(position, None)
         if event is not None:
             event.succeed()

@@ -1,9 +1,10 @@
 """Calibration: measure this machine with microbenchmarks on the real engine -> asyncsim.Profile.
 
 `calibrate(workers=None, quick=False, cache=True, progress=True, force=False)` runs the
-microbenchmarks of `realexec.calibration.microbench`, `realexec.calibration.host` and
-`realexec.calibration.gil` on `workers` CPU workers (default: one per core, as `realexec.run`) and
-turns them into the Profile that `asyncsim.simulate` prices a program with:
+microbenchmarks of `realexec.calibration.microbench`, `realexec.calibration.host`,
+`realexec.calibration.frees` and `realexec.calibration.gil` on `workers` CPU workers (default:
+one per core, as `realexec.run`) and turns them into the Profile that `asyncsim.simulate` prices
+a program with:
 
 - `t1` and "frontend:<op>" costs: seconds per issued op ("frontend:broadcast": a binary op on
   operands of different shapes), timed at the start and at the end, the lower of the two;
@@ -44,6 +45,9 @@ turns them into the Profile that `asyncsim.simulate` prices a program with:
   (square products and matrix-vector products); non-negative least squares on relative error,
   each point a low quantile of repeats, averaged over sweeps spread over seconds
   (`realexec.calibration.microbench.kernel_times`, `realexec.calibration.fits`);
+- `reclaim`: what a push adds when it gives back a buffer whose op finished after the drop (the
+  compiled engine does that there), from a chain of ops that each drop the result before
+  against the same ops on a fixed input (`realexec.calibration.frees`);
 - `mix`: what issuing ops of several kinds in turn adds to each one's issue cost, which is
   timed in a loop of its kind alone (`realexec.calibration.issuing.mixed_issue`);
 - `llc` and `dram`: the last-level cache's size and main memory's bandwidth, from an op whose
@@ -108,7 +112,7 @@ from realexec.engine.core import Engine, default_workers
 from realexec.engine.native import CAPACITY, IDLE_SPIN_S
 from realexec.frontend import machine
 
-VERSION = 15  # bump when what is measured changes: older cache files are then ignored
+VERSION = 16  # bump when what is measured changes: older cache files are then ignored
 
 
 def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
@@ -183,6 +187,7 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
                    native=int(native), idle_spin=IDLE_SPIN_S if native else 0.0,
                    table=CAPACITY if native else 0, llc=cache["llc"], dram=cache["dram"],
                    mix=issuing.fit_mix(raw["mixed"]["ratios"]) if "mixed" in raw else 0.0,
+                   reclaim=raw["reclaim"]["reclaim"] if native and "reclaim" in raw else 0.0,
                    meta=json.loads(json.dumps({**meta, "measurements": raw})))  # as saved
 
 

@@ -1,0 +1,95 @@
+"""What a dropped result costs the frontend when the op reading it is still running: the compiled
+engine gives its buffer back at a later push (`Profile.reclaim`), for realexec.calibrate.
+
+`reclaim(bench, n, loops, pause)` times two loops on running workers (none held), each dropping
+the previous result as it issues the next op:
+- a chain, `y = y + 1.0`: the op that reads the dropped `y` is still running when the drop comes,
+  so the deletion waits, and a later push, finding that op finished, gives the buffer back
+  (`NativeEngine._run_frees`);
+- the same op on a fixed input, `y = x + 1.0`: the dropped result's op finished a period ago, so
+  the drop gives its buffer back at once, inside the drop (`Profile.free`).
+The model prices both drops at `free`, so the chain's extra time per op is what a push pays to
+give a buffer back.
+
+The arrays are sized so that an op outlasts the frontend's Python after its push but not a whole
+period (a shorter op is done before the drop, a longer one makes the chain wait for its worker):
+the first of `SIZES` at which nearly every push of a probe chain gave a buffer back. On the
+Python engine, whose workers give buffers back (`Profile.release`), it returns 0. Units:
+seconds, elements.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter_ns
+
+from realexec.calibration.steady import busy, central
+
+SIZES = (4096, 8192, 16384, 32768, 65536)  # float32 elements: ops of ~0.5-5 us here
+WAITED = 0.8  # the share of a probe chain's pushes that must give a buffer back, for its size
+PROBE = 200  # ops in a probe chain
+
+
+def _given_back_share(nd, engine, size: int) -> float:
+    """The share of a chain's pushes on `size` elements that gave back a buffer whose drop had
+    waited (the engine's look at its pending deletions, counted by a wrapper)."""
+    x = nd.ones((size,))
+    nd.waitall()
+    look, gave = engine._run_frees, [0]
+
+    def counted(every=False):
+        pending = len(engine._frees)
+        look(every)
+        gave[0] += len(engine._frees) < pending
+
+    engine._run_frees = counted
+    try:
+        y = x + 1.0
+        for _ in range(PROBE):
+            y = y + 1.0
+    finally:
+        del engine._run_frees  # the method again
+    nd.waitall()
+    return gave[0] / PROBE
+
+
+def reclaim(bench, n: int, loops: int, pause: float = 0.0) -> dict:
+    """{"reclaim": seconds a push adds to give back one buffer whose op finished after the
+    drop, "size": elements of the ops timed, "waited": the share of a probe chain's pushes that
+    gave back a buffer whose drop had waited, "chain", "fixed": seconds per op of the two
+    loops}."""
+    nd, engine = bench.nd, bench.engine
+    if not hasattr(engine, "_frees"):
+        return {"reclaim": 0.0, "size": 0, "waited": 0.0, "chain": 0.0, "fixed": 0.0}
+    shares = {}
+    for size in SIZES:
+        shares[size] = _given_back_share(nd, engine, size)
+        if shares[size] >= WAITED:
+            break
+    size = max(shares, key=shares.get) if max(shares.values()) < WAITED else size
+    x = nd.ones((size,))
+    nd.waitall()
+
+    def chain() -> float:
+        y = x + 1.0
+        start = perf_counter_ns()
+        for _ in range(n):
+            y = y + 1.0
+        return (perf_counter_ns() - start) * 1e-9 / n
+
+    def fixed() -> float:
+        y = x + 1.0
+        start = perf_counter_ns()
+        for _ in range(n):
+            y = x + 1.0  # noqa: F841 (dropped at the next one)
+        return (perf_counter_ns() - start) * 1e-9 / n
+
+    chains, fixeds, extra = [], [], []
+    for _ in range(loops):  # alternated: the difference, not the machine's speed, is wanted
+        busy(pause)
+        chains.append(chain())
+        nd.waitall()
+        fixeds.append(fixed())
+        nd.waitall()
+        extra.append(chains[-1] - fixeds[-1])
+    return {"reclaim": max(0.0, central(extra)), "size": size, "waited": shares[size],
+            "chain": central(chains), "fixed": central(fixeds)}

@@ -1,0 +1,98 @@
+"""A dropped buffer given back at a later push (`Profile.reclaim`): the compiled engine gives back
+a buffer whose op finished after its last handle was dropped at its next push, and the model
+charges that push; the calibration measures it on the engine."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import realexec
+from asyncsim import Profile, record, simulate
+from asyncsim.model.profile import Cost
+from realexec.calibration.frees import reclaim
+from realexec.calibration.microbench import _Bench
+
+T1, EXEC, FREE = 10e-6, 5e-6, 1e-6  # each op ends after its input's drop, before a push
+
+
+def _profile(reclaim_s: float, native: int = 1) -> Profile:
+    return Profile(name="reclaim", t1=T1, t3=1e-6, costs={"cpu:*": Cost(latency=EXEC)},
+                   free=FREE, native=native, reclaim=reclaim_s)
+
+
+def chain(nd, n=10):
+    """Each op reads the result before it, which is dropped while that op runs."""
+    x = nd.ones((4,))
+    nd.waitall()
+    with nd.benchmark("loop"):
+        y = x + 1
+        for _ in range(n):
+            y = y + 1
+        nd.waitall()
+
+
+def fixed(nd, n=10):
+    """Each op reads `x`; the result dropped is one whose op finished a push ago."""
+    x = nd.ones((4,))
+    nd.waitall()
+    with nd.benchmark("loop"):
+        y = x + 1
+        for _ in range(n):
+            y = x + 1  # noqa: F841
+        nd.waitall()
+
+
+def _loop(workload, profile, n) -> float:
+    return simulate(record(workload, n=n), profile).regions["loop"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 40), cost=st.floats(1e-7, 2e-5))
+def test_each_push_after_a_dropped_buffers_op_finished_pays_reclaim(n, cost):
+    """A chain of n ops after the first: the drop of each op's input waits for that op, which
+    finishes during the next issue; that push (every one but the first two) pays `reclaim`."""
+    extra = _loop(chain, _profile(cost), n) - _loop(chain, _profile(0.0), n)
+    assert extra == pytest.approx((n - 1) * cost, rel=1e-9, abs=1e-15)
+
+
+@pytest.mark.parametrize("workload", [fixed, chain])
+def test_nothing_is_charged_where_the_engine_gives_nothing_back_late(workload):
+    """Drops whose ops had finished go back at once (inside `free`): nothing at a later push;
+    and the Python engine's workers give buffers back themselves (`release`): no `reclaim`."""
+    if workload is fixed:
+        assert _loop(fixed, _profile(5e-6), 10) == pytest.approx(_loop(fixed, _profile(0.0), 10))
+    else:
+        python = _profile(5e-6, native=0)
+        assert _loop(chain, python, 10) == pytest.approx(_loop(chain, python.replace(
+            reclaim=0.0), 10))
+
+
+def test_a_blocker_gives_back_what_finished_during_its_wait():
+    """Buffers freed while the frontend waited in a blocker are given back there: the push after
+    it pays nothing for them."""
+    def waited(nd):
+        x = nd.ones((4,))
+        nd.waitall()
+        with nd.benchmark("loop"):
+            y = x + 1
+            z = y + 1
+            del y  # pending: z reads it
+            z.wait_to_read()
+            w = x + 1  # noqa: F841
+            nd.waitall()
+
+    with_cost = simulate(record(waited), _profile(5e-6)).regions["loop"]
+    assert with_cost == pytest.approx(simulate(record(waited), _profile(0.0)).regions["loop"])
+
+
+def test_calibration_measures_a_chain_whose_drops_wait():
+    """On the compiled engine, most drops of the calibration's chain wait for their op, and
+    what it reports is the chain's time less the fixed loop's; the Python engine reports 0."""
+    with realexec.session(workers=1) as nd:
+        out = reclaim(_Bench(nd, 1), 100, 2)
+    assert out["waited"] > 0.5
+    assert out["size"] > 0
+    assert out["chain"] > 0 and out["fixed"] > 0
+    assert out["reclaim"] >= 0.0
+    with realexec.session(workers=1, engine="python") as nd:
+        assert reclaim(_Bench(nd, 1), 10, 1)["reclaim"] == 0.0
