@@ -162,7 +162,7 @@ def collect(args, force: bool) -> list:
     profile = calibrate(workers=args.workers, force=force, progress=sys.stderr.isatty())
     workers = profile.workers
     us = {k: f"{getattr(profile, k) * 1e6:.1f} us" for k in
-          ("t1", "t3", "free", "dispatch", "wake", "gil", "release", "recheck",
+          ("t1", "t3", "free", "reclaim", "dispatch", "wake", "gil", "release", "recheck",
            "startup", "handover")}
     print(f"machine: {machine()}")
     background = profile.meta.get("measurements", {}).get("background load", float("nan"))
@@ -170,7 +170,7 @@ def collect(args, force: bool) -> list:
           f"({time.perf_counter() - start:.1f} s; other processes kept {background:.2f} cores "
           f"busy meanwhile)")
     print("  " + ", ".join(f"{k} {v}" for k, v in us.items())
-          + f", crowd {profile.costs['cpu:elementwise'].crowd:.2f}"
+          + f", crowd {profile.costs['cpu:elementwise'].crowd:.2f}, mix {profile.mix:.2f}"
           + (f", llc {profile.llc / 2**20:.0f} MiB, dram {profile.dram / 1e9:.1f} GB/s"
              if profile.dram else ", llc and dram off"))
     probes = profile.meta.get("measurements", {}).get("speed_probe")
