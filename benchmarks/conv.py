@@ -8,7 +8,13 @@ the two, and prints the best time of each with the spread (median / best) and th
 baseline / kernel (above 1: the kernel is faster). BLAS runs one thread for both, as a worker
 of the engine runs it on a 2-core machine.
 
+With `--cold`, instead: each of the three kernels on ResNet-18's 3x3 layers at batch 2 (as
+calibration times them) and 16 (as the CPU scenarios run them), with its operands warm (the
+same call repeated) and cold (a 512 MiB buffer written between calls), in GFLOP/s: what a
+kernel priced by its flops alone, warm, leaves out when its data comes from main memory.
+
 Usage: python benchmarks/conv.py [--repeats 7] [--dtype float32] [--blas-threads 1] [--quick]
+                                 [--cold]
 """
 
 from __future__ import annotations
@@ -87,16 +93,51 @@ def _cases(data_shape, weight_shape, stride, pad, dtype, rng):
     ]
 
 
+COLD_LAYERS = ((64, 28, 64, 1), (64, 28, 128, 2), (128, 14, 128, 1), (256, 7, 256, 1))  # C, H, F, s
+
+
+def cold_caches(repeats: int, dtype: str) -> None:
+    """Print warm and cold GFLOP/s of the three kernels on `COLD_LAYERS` at batch 2 and 16."""
+    flush = np.ones(1 << 27, np.float32)  # 512 MiB: more than the last-level cache here
+    rng = np.random.default_rng(0)
+    print(f"{'layer (C, H, F, stride)':<24} {'op':<12} {'batch':>5} {'warm GF/s':>10} "
+          f"{'cold GF/s':>10} {'cold/warm time':>15}")
+    for c, h, f, stride in COLD_LAYERS:
+        for batch in (2, 16):
+            for op, name, inputs, like, attrs, _ in _cases(
+                    (batch, c, h, h), (f, c, 3, 3), (stride, stride), (1, 1), dtype, rng):
+                out = np.empty_like(like)
+                kernel = KERNELS[name]
+                side = (h + 2 - 3) // stride + 1  # the output's, padding 1
+                flops = 2 * batch * f * c * 9 * side * side  # each of the three kernels
+                kernel(inputs, out, attrs)
+                times = {False: [], True: []}
+                for _ in range(repeats):  # alternate, so a load change hits both alike
+                    for cold in (False, True):
+                        if cold:
+                            np.add(flush, 1.0, out=flush)
+                        times[cold] += _time(lambda: kernel(inputs, out, attrs), 1)  # noqa: B023
+                warm, cold = (statistics.median(times[k]) for k in (False, True))
+                print(f"{str((c, h, f, stride)):<24} {op:<12} {batch:5d} "
+                      f"{flops / warm / 1e9:10.1f} {flops / cold / 1e9:10.1f} "
+                      f"{cold / warm:15.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     parser.add_argument("--blas-threads", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="LeNet shapes only, 3 repeats")
+    parser.add_argument("--cold", action="store_true",
+                        help="warm against cold caches on ResNet-18's 3x3 layers instead")
     args = parser.parse_args()
     repeats = 3 if args.quick else args.repeats
     set_blas_threads(args.blas_threads)
     warmup((args.dtype,))
+    if args.cold:
+        cold_caches(repeats, args.dtype)
+        return
     rng = np.random.default_rng(0)
     print(f"dtype {args.dtype}, BLAS threads {args.blas_threads}, best of {repeats} "
           f"(spread: median/best)")
