@@ -45,7 +45,7 @@ from asyncsim.nd.frontend import same_records
 from asyncsim.nd.ops import COMPILED
 from asyncsim.nd.trace import Span, Trace, device_lanes
 from realexec.cpu import kernels as cpu
-from realexec.cpu.worker import DTYPES, address, native_op
+from realexec.cpu.worker import DTYPES, RANDOM, address, native_op, random_fields
 from realexec.engine.core import FRONTEND, Engine, default_workers
 from realexec.engine.deps import Var
 from realexec.engine.memory import ADDRESSES, Pool, RssProbe
@@ -140,6 +140,8 @@ class EngineBackend(GpuBackend):
                     a = b = reads[0].ptr or _address_of(reads[0])
                     if len(reads) > 1:
                         b = reads[1].ptr or _address_of(reads[1])
+                elif kind == RANDOM:  # a sampler reads nothing: its seed and second bound
+                    a, b = random_fields(name, op.attrs)
                 engine.push_native(kind, code, DTYPES[data.dtype], data.size, a, b, c, scalar,
                                    reads, (out,), "cpu", name, op.id, t_issue)
                 return

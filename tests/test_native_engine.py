@@ -212,6 +212,57 @@ def test_compiled_workers_run_while_python_holds_the_gil():
     assert total == 20 and done <= 2
 
 
+def test_samplers_run_compiled_with_the_python_kernels_numbers():
+    """normal and uniform are native ops (`RANDOM`): they finish while the frontend keeps the
+    GIL, and with the frontend's seeds they draw what the Python kernels draw, bit for bit."""
+    assert worker.native_op("normal", {"loc": 1.0, "scale": 2.0}, [])[0] == worker.RANDOM
+    interval = sys.getswitchinterval()
+
+    def draws(nd):
+        return [nd.random.normal(1.0, 2.0, shape=(20000,)) for _ in range(5)] + [
+            nd.random.uniform(-1.0, 3.0, shape=(20000,)) for _ in range(5)]
+
+    with realexec.session(workers=1) as nd:
+        nd.ones((4,)).wait_to_read()  # the worker is in its compiled loop
+        sys.setswitchinterval(1.0)
+        try:
+            arrays = draws(nd)
+            until = time.perf_counter() + 0.05
+            while time.perf_counter() < until:  # the GIL kept: no Python op could run
+                pass
+            engine = nd._backend.engine
+            done = sum(engine._done(token) for token in range(engine._next))
+        finally:
+            sys.setswitchinterval(interval)
+        total = engine._next
+        got = [a.asnumpy() for a in arrays]
+    assert done == total
+    with realexec.session(workers=1, engine="python") as nd:
+        nd.ones((4,)).wait_to_read()  # the same op ids, so the same seeds
+        expected = [a.asnumpy() for a in draws(nd)]
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_array_equal(g, e)
+    assert got[0].std() > 1.5 and got[5].min() >= -1.0 and got[5].max() <= 3.0
+
+
+def test_a_hybridized_graph_keeps_its_samplers_in_python():
+    """A sampler's record carries its seed and second bound (`random_fields`); a graph replays
+    its records, so one with a sampler is not run as native records (its seed would repeat),
+    while the same graph without it is."""
+    from types import SimpleNamespace
+
+    from realexec.cpu.graph import Step, _native_plan
+
+    assert worker.random_fields("normal", {"scale": 3.0, "seed": 7}) == (
+        7, int(np.float64(3.0).view(np.int64)))
+    var = SimpleNamespace(shape=(4,), dtype="float32")
+    graph = SimpleNamespace(vars={0: var, 1: var, 2: var})
+    add = Step("add_scalar", (0,), 2, {"scalar": 1.0}, None, ())
+    draw = Step("normal", (), 1, {"loc": 0.0, "scale": 1.0}, ((4,), np.float32), ())
+    assert _native_plan(graph, [add]) is not None
+    assert _native_plan(graph, [draw, add]) is None
+
+
 def test_many_short_ops_with_frees_racing_their_completions():
     expected = np.ones((8, 8), np.float32)
     for _ in range(3000):

@@ -44,7 +44,7 @@ what the book's closed forms assume. With a Host:
   does not broadcast, or broadcasts as a bias (`ops.native_broadcast`), is run and completed by
   compiled code, so it neither takes nor waits for the GIL and pays no `gil`, `release` or
   `recheck`; a worker back from a Python op lets the GIL go before it. Other ops (convolutions,
-  reductions, samplers) come back to Python as before.
+  reductions) come back to Python as before.
   An idle compiled worker spins `profile.idle_spin` seconds before it sleeps: an op queued
   meanwhile starts at once, with no `dispatch` and no `wake` for whoever queued it.
 NaiveEngine (`mode='sync'`) runs each op inside its issuing call: no wake-ups, no GIL contest;

@@ -89,14 +89,14 @@ NATIVE_TEMPORARIES = 64 << 20
 def _native_plan(graph, plan: list[Step]):
     """Each step as (kind, code, dtype, scalar) of `realexec.cpu.worker.native_op`, or None when
     a step is not a native op or the temporaries come to more than `NATIVE_TEMPORARIES`."""
-    from realexec.cpu.worker import DTYPES, native_op  # the worker imports the kernel table
+    from realexec.cpu.worker import DTYPES, RANDOM, native_op  # (the worker imports this)
 
     coded, temporaries = [], 0
     for step in plan:
         shapes = [tuple(graph.vars[v].shape) for v in step.reads]
         dtype = np.dtype(graph.vars[step.out].dtype)
         code = native_op(step.name, step.attrs, shapes) if dtype in DTYPES else None
-        if code is None:
+        if code is None or code[0] == RANDOM:  # a sampler's seed is drawn per call: Python
             return None
         coded.append((code[0], code[1], DTYPES[dtype], code[2]))
         if step.new is not None:

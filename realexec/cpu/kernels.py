@@ -30,7 +30,6 @@ Assumptions:
 from __future__ import annotations
 
 import math
-import random
 
 import numpy as np
 import threadpoolctl
@@ -52,6 +51,9 @@ from realexec.cpu.loops import (
     binary_flat,
     binary_strided,
     broadcast_plan,
+    random_fill,
+    random_seed,
+    sampler_bounds,
     scalar_flat,
     sum64,
 )
@@ -60,15 +62,6 @@ from realexec.cpu.pool import POOL_KERNELS
 from realexec.cpu.tensor_extra import TENSOR_KERNELS
 
 _jit = njit(nogil=True, cache=True, error_model="numpy")
-
-
-@_jit
-def _random(out, normal, p, q, seed):
-    """Seed this thread's generator, then fill out with normal(loc=p, scale=q) numbers or,
-    when not `normal`, with uniform(low=p, high=q) ones."""
-    np.random.seed(seed)
-    for i in range(out.size):
-        out[i] = np.random.normal(p, q) if normal else np.random.uniform(p, q)
 
 
 def _rows(a, attrs):
@@ -115,20 +108,14 @@ def _binary_kernel(op):
     return binary_op
 
 
-def _random_seed(attrs):
-    seed = attrs.get("seed")
-    # numba seeds with a uint32; no seed at all means a fresh stream, as numpy does
-    return random.getrandbits(32) if seed is None else int(seed) & 0xFFFFFFFF
-
-
 def _uniform_kernel(inputs, out, attrs):
-    _random(out.ravel(), False, float(attrs.get("low", 0.0)), float(attrs.get("high", 1.0)),
-            _random_seed(attrs))
+    low, high = sampler_bounds("uniform", attrs)
+    random_fill(out.ravel(), False, low, high, random_seed(attrs))
 
 
 def _normal_kernel(inputs, out, attrs):
-    _random(out.ravel(), True, float(attrs.get("loc", 0.0)), float(attrs.get("scale", 1.0)),
-            _random_seed(attrs))
+    loc, scale = sampler_bounds("normal", attrs)
+    random_fill(out.ravel(), True, loc, scale, random_seed(attrs))
 
 
 def _array_kernel(inputs, out, attrs):

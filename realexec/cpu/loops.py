@@ -6,6 +6,8 @@ through two loops picked by an integer op code (`scalar_flat`, `binary_flat`) ov
 broadcasting runs through one strided loop (`binary_strided`) whose shape/stride vectors
 `broadcast_plan` computes once per shape pair and caches. Every loop reads element i before
 writing it, so out may be an input. Reductions (`sum64`) accumulate in float64 in blocks.
+The samplers' loop (`random_fill`) is here too, with its seed and bounds read from attrs: the
+Python kernels and the compiled worker call the same one.
 All loops are @njit(nogil=True, cache=True, error_model="numpy") and single-threaded.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+import random
 
 import numpy as np
 from numba import njit
@@ -165,6 +168,29 @@ def binary_strided(op, a, a_strides, b, b_strides, out, shape):
 
 # `reassoc` lets LLVM vectorise a float sum (several partial sums); NaN and inf still propagate.
 _jit_reassoc = njit(nogil=True, cache=True, error_model="numpy", fastmath={"reassoc"})
+
+
+@_jit
+def random_fill(out, normal, p, q, seed):
+    """Seed this thread's generator (numba's, one per thread), then fill `out` with
+    normal(loc=p, scale=q) numbers or, when not `normal`, uniform(low=p, high=q) ones."""
+    np.random.seed(seed)
+    for i in range(out.size):
+        out[i] = np.random.normal(p, q) if normal else np.random.uniform(p, q)
+
+
+def random_seed(attrs: dict) -> int:
+    """A sampler's seed: its `seed` attr as numba takes it (a uint32), or a fresh one (no seed
+    means a fresh stream, as numpy's)."""
+    seed = attrs.get("seed")
+    return random.getrandbits(32) if seed is None else int(seed) & 0xFFFFFFFF
+
+
+def sampler_bounds(name: str, attrs: dict) -> tuple[float, float]:
+    """(loc, scale) of a "normal", (low, high) of a "uniform", with numpy's defaults."""
+    if name == "normal":
+        return float(attrs.get("loc", 0.0)), float(attrs.get("scale", 1.0))
+    return float(attrs.get("low", 0.0)), float(attrs.get("high", 1.0))
 
 
 @_jit_reassoc

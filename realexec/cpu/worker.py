@@ -10,11 +10,13 @@ The ops run here are the elementwise ones, over their flat buffers (addresses in
 so no Python object is touched): `SCALAR` ops are `loops.scalar_flat(code, a, scalar, out)`
 (x + 1, relu, fills), `BINARY` ops `loops.binary_flat(code, a, b, out)` (x + y of one shape,
 copies), `BLOCK` ops x + b where b repeats as a bias (`ops.block_broadcast`: a dense layer's or a
-convolution's); and `GEMM`, a 2-d `dot` through numpy's own BLAS called by address
-(`realexec.cpu.blas`). `native_op(name, attrs, shapes)` says how an op of `asyncsim.nd.ops` is
-encoded, or None when it is not run here (other broadcasting, reductions, convolutions: ops long
-enough that a GIL round per op costs little against the kernel). Dtypes: float32 (0), float64
-(1).
+convolution's); `GEMM`, a 2-d `dot` through numpy's own BLAS called by address
+(`realexec.cpu.blas`); and `RANDOM`, the samplers (`loops.random_fill`: code 1 normal, 0
+uniform; loc or low in the scalar and, as they read no input, the seed in `a` and the scale or
+high in `b`, a float's bits: `random_fields`, drawn at the push). `native_op(name, attrs,
+shapes)` says how an op of `asyncsim.nd.ops` is encoded, or None when it is not run here (other
+broadcasting, reductions, convolutions: ops long enough that a GIL round per op costs little
+against the kernel). Dtypes: float32 (0), float64 (1).
 
 Spans: the worker stamps each op's start and end (`atomics.now_ns`) and its index into the
 op record; the engine turns them into "exec" spans.
@@ -38,13 +40,16 @@ from realexec.cpu.loops import (
     RSUB,
     SUB,
     binary_flat,
+    random_fill,
+    random_seed,
+    sampler_bounds,
     scalar_flat,
 )
 from realexec.engine import placement
 from realexec.engine import table as t
 from realexec.engine.atomics import fetch_add, gemm, load, now_ns, pointer
 
-PYTHON, SCALAR, BINARY, GEMM, BLOCK = 0, 1, 2, 3, 4
+PYTHON, SCALAR, BINARY, GEMM, BLOCK, RANDOM = 0, 1, 2, 3, 4, 5
 BLOCK_SIDE = 1 << 26  # a bias's `block_broadcast` (inner, count), packed: each under this
 DTYPES = {np.dtype("float32"): 0, np.dtype("float64"): 1}
 
@@ -52,10 +57,12 @@ _SCALAR_OPS = {"add_scalar": ADD, "sub_scalar": SUB, "rsub_scalar": RSUB, "mul_s
                "div_scalar": DIV, "rdiv_scalar": RDIV}
 _BINARY_OPS = {"add": ADD, "sub": SUB, "mul": MUL, "div": DIV, "copy": COPY, "copyto": COPY}
 _FILLS = {"ones": 1.0, "zeros": 0.0}
+_SAMPLERS = {"uniform": 0, "normal": 1}
 GEMM_ADDRESSES = addresses()  # numpy's BLAS, called by address; None: `dot` stays Python
 
 
-assert {*_SCALAR_OPS, *_BINARY_OPS, *_FILLS, "relu", "full", "dot"} == COMPILED, COMPILED
+assert {*_SCALAR_OPS, *_BINARY_OPS, *_FILLS, *_SAMPLERS, "relu", "full", "dot"} == COMPILED, \
+    COMPILED
 
 
 def native_op(name: str, attrs: dict, shapes) -> tuple[int, int, float] | None:
@@ -78,6 +85,9 @@ def native_op(name: str, attrs: dict, shapes) -> tuple[int, int, float] | None:
         return SCALAR, FILL, value
     if name == "full":
         return SCALAR, FILL, float(attrs["value"])
+    code = _SAMPLERS.get(name)
+    if code is not None:  # its seed and second bound: `random_fields`
+        return RANDOM, code, sampler_bounds(name, attrs)[0]
     if name == "dot" and GEMM_ADDRESSES is not None and len(shapes) == 2:
         return _gemm(attrs, *shapes)
     return None
@@ -92,6 +102,31 @@ def _gemm(attrs, a, b):
     n = b[0] if tb else b[1]
     sizes = packed(m, k, n) if m and k and n else None
     return None if sizes is None else (GEMM, int(ta) | int(tb) << 1, sizes)
+
+
+def random_fields(name: str, attrs: dict) -> tuple[int, int]:
+    """A sampler's (a, b) fields: its seed (`loops.random_seed`, drawn now: a replayed record
+    would repeat it, so a hybridized graph keeps samplers in Python), and its scale (normal) or
+    high (uniform) as the bits of a float64."""
+    second = np.float64(sampler_bounds(name, attrs)[1])
+    return random_seed(attrs), int(second.view(np.int64))
+
+
+_NO_DRAWS = np.empty(0, np.float64)
+
+
+def seed_thread() -> None:
+    """Give this thread numba's random state now (numba makes it at its first use, seeded from
+    os.urandom under the GIL): a compiled sampler on this thread then never takes the GIL."""
+    random_fill(_NO_DRAWS, True, 0.0, 1.0, 0)
+
+
+@njit(nogil=True, cache=True)
+def _float_of(bits):
+    """The float64 whose bits are the int64 `bits`."""
+    box = np.empty(1, np.int64)
+    box[0] = bits
+    return box.view(np.float64)[0]
 
 
 @njit(cache=True)  # the frontend's: keeps the GIL (see `table.push`)
@@ -136,6 +171,9 @@ def _run_typed(kind, code, n, a, b, out, scalar, blas, dtype):
         return
     if kind == BLOCK:
         _run_block(code, n, a, b, out, scalar, dtype)
+        return
+    if kind == RANDOM:
+        random_fill(carray(pointer(out), n, dtype), code == 1, scalar, _float_of(b), a)
         return
     x = carray(pointer(a), n, dtype)
     y = carray(pointer(out), n, dtype)

@@ -4,10 +4,10 @@ The frontend (Python, t1) orders each op with `asyncsim.nd.deps.Deps`, the analy
 simulator uses, and makes one compiled call (`table.push`) that records the op in a shared
 table and queues it once its predecessors are done. Each worker thread enters the compiled loop
 `realexec.cpu.worker.work` for its life: it takes ready ops from its lane's queue, runs the
-elementwise kernels, bias adds and 2-d products (numpy's BLAS, called by address) itself (no
+elementwise kernels, bias adds, samplers and 2-d products (numpy BLAS, by address) itself (no
 Python object touched), stamps start and end, completes the op (dependents become ready, on any
 lane) and wakes a blocker only when one sleeps. An op the loop cannot run (a Python kernel:
-convolutions, reductions, samplers, a GPU lane's launch; or an op whose predecessor failed)
+convolutions, reductions, a GPU lane's launch; or an op whose predecessor failed)
 comes back to the thread's Python code, which runs it with the GIL and goes back in. So small
 ops overlap each other and the frontend, as the chapters assume.
 
@@ -53,7 +53,7 @@ import numpy as np
 
 from asyncsim.nd.deps import Deps
 from asyncsim.nd.trace import Span
-from realexec.cpu.worker import GEMM_ADDRESSES, PYTHON, run_native, work
+from realexec.cpu.worker import GEMM_ADDRESSES, PYTHON, run_native, seed_thread, work
 from realexec.engine import placement, shutdown
 from realexec.engine import table as t
 from realexec.engine.core import FRONTEND, Lane, default_workers, settings
@@ -356,6 +356,9 @@ class NativeEngine(shutdown.Ending):
         state, lane_index = self.state, self._lane_index[lane.name]
         if lane.name == "cpu":  # a waker may steer it to a free core (GPU lanes stay put)
             placement.register(state, index, threading.get_native_id())
+            # numba seeds a thread's random state from os.urandom, with the GIL, at its first
+            # use: here, so that no sampler in the loop waits for a GIL the frontend holds
+            seed_thread()
         failed = t.at(0, t.F_FAILED)
         free = set(self._cores)  # while it runs Python ops (see the module docstring)
         while True:

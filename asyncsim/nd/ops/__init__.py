@@ -40,11 +40,11 @@ SAME_SHAPE = frozenset(d.name for d in OPS.values()
 BROADCASTING = frozenset({"add", "sub", "mul", "div", "equal"})
 
 # Ops a compiled CPU worker runs without the interpreter (`realexec.cpu.worker`): elementwise
-# loops over flat buffers, where they broadcast only as a bias does (`block_broadcast`), and 2-d
-# products through BLAS. The model's native workers hold no GIL for them.
+# loops over flat buffers, where they broadcast only as a bias does (`block_broadcast`), 2-d
+# products through BLAS, and the samplers. The model's native workers hold no GIL for them.
 COMPILED = frozenset({"add", "sub", "mul", "div", "copy", "copyto", "add_scalar", "sub_scalar",
                       "rsub_scalar", "mul_scalar", "div_scalar", "rdiv_scalar", "relu", "ones",
-                      "zeros", "full", "dot"})
+                      "zeros", "full", "dot", "normal", "uniform"})
 
 # Ops whose speed depends on their shape beyond the bytes and flops they are priced by (the
 # convolutions and 2-d products: the shape of their BLAS product): the frontend records
