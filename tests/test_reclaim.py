@@ -20,26 +20,24 @@ def _profile(reclaim_s: float, native: int = 1) -> Profile:
                    free=FREE, native=native, reclaim=reclaim_s)
 
 
-def chain(nd, n=10):
-    """Each op reads the result before it, which is dropped while that op runs."""
+def loop(nd, n=10, chained=True):
+    """`chained`: each op reads the result before it, which is dropped while that op runs;
+    otherwise each reads `x`, and the result dropped is one whose op finished a push ago."""
     x = nd.ones((4,))
     nd.waitall()
     with nd.benchmark("loop"):
         y = x + 1
         for _ in range(n):
-            y = y + 1
+            y = (y if chained else x) + 1
         nd.waitall()
+
+
+def chain(nd, n=10):
+    loop(nd, n, chained=True)
 
 
 def fixed(nd, n=10):
-    """Each op reads `x`; the result dropped is one whose op finished a push ago."""
-    x = nd.ones((4,))
-    nd.waitall()
-    with nd.benchmark("loop"):
-        y = x + 1
-        for _ in range(n):
-            y = x + 1  # noqa: F841
-        nd.waitall()
+    loop(nd, n, chained=False)
 
 
 def _loop(workload, profile, n) -> float:
