@@ -73,27 +73,21 @@ def reclaim(bench, n: int, loops: int, pause: float = 0.0) -> dict:
     x = nd.ones((size,))
     nd.waitall()
 
-    def chain() -> float:
+    def period(chained: bool) -> float:
+        """Seconds per op of the loop; the result before is dropped at each op."""
         y = x + 1.0
         start = perf_counter_ns()
         for _ in range(n):
-            y = y + 1.0
-        return (perf_counter_ns() - start) * 1e-9 / n
-
-    def fixed() -> float:
-        y = x + 1.0
-        start = perf_counter_ns()
-        for _ in range(n):
-            y = x + 1.0  # noqa: F841 (dropped at the next one)
-        return (perf_counter_ns() - start) * 1e-9 / n
+            y = (y if chained else x) + 1.0
+        seconds = (perf_counter_ns() - start) * 1e-9 / n
+        nd.waitall()
+        return seconds
 
     chains, fixeds, extra = [], [], []
     for _ in range(loops):  # alternated: the difference, not the machine's speed, is wanted
         busy(pause)
-        chains.append(chain())
-        nd.waitall()
-        fixeds.append(fixed())
-        nd.waitall()
+        chains.append(period(chained=True))
+        fixeds.append(period(chained=False))
         extra.append(chains[-1] - fixeds[-1])
     return {"reclaim": max(0.0, central(extra)), "size": size, "waited": shares[size],
             "chain": central(chains), "fixed": central(fixeds)}

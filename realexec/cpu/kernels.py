@@ -108,14 +108,13 @@ def _binary_kernel(op):
     return binary_op
 
 
-def _uniform_kernel(inputs, out, attrs):
-    low, high = sampler_bounds("uniform", attrs)
-    random_fill(out.ravel(), False, low, high, random_seed(attrs))
+def _sampler_kernel(name):
+    normal = name == "normal"
 
-
-def _normal_kernel(inputs, out, attrs):
-    loc, scale = sampler_bounds("normal", attrs)
-    random_fill(out.ravel(), True, loc, scale, random_seed(attrs))
+    def sample(inputs, out, attrs):
+        first, second = sampler_bounds(name, attrs)
+        random_fill(out.ravel(), normal, first, second, random_seed(attrs))
+    return sample
 
 
 def _array_kernel(inputs, out, attrs):
@@ -180,8 +179,8 @@ KERNELS = {
     "ones": _fill_kernel(1.0),
     "zeros": _fill_kernel(0.0),
     "full": _full_kernel,
-    "uniform": _uniform_kernel,
-    "normal": _normal_kernel,
+    "uniform": _sampler_kernel("uniform"),
+    "normal": _sampler_kernel("normal"),
     "array": _array_kernel,
     **{name: _binary_kernel(op) for name, op in
        [("add", ADD), ("sub", SUB), ("mul", MUL), ("div", DIV)]},
