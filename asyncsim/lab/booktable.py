@@ -27,7 +27,7 @@ from asyncsim.model.printed import PRINTED, RSS, Printed
 from asyncsim.model.profile import Profile
 from asyncsim.model.simulate import simulate
 
-MB = 1e6
+MB = 1024e3  # the book's: `ps`'s KiB / 1e3 (asyncsim.model.printed)
 WITHIN = 0.10  # the target for predicted rows
 WORST = 0.25  # none predicted worse than this
 _WAITS = (("8.1", "training"), ("8.2.4", "training"), ("8.4", "data parallelism"),

@@ -14,7 +14,8 @@ machine's preset is derived from these values; "G" is the book's GPU machine as 
 run it, whose preset `asyncsim.lab.presets` derives). `needs` says what a model of the engine cannot
 do about a row: "numpy" for plain NumPy on the frontend, which no prediction sees.
 
-Units: seconds ("s") and decimal megabytes ("MB", as the book's `ps` reader divides kB by 1e3).
+Units: seconds ("s") and the book's megabytes ("MB": its `get_mem` divides the RSS that `ps`
+reports in KiB by 1e3, so an "MB" is 1024e3 bytes).
 """
 
 from __future__ import annotations
