@@ -38,6 +38,7 @@ would make B's scalar ops dearer than its other ops, the reverse of the fast pat
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import io
 import math
@@ -120,7 +121,7 @@ def book_gpu() -> Profile:
 
 
 def _fields(profile: Profile) -> dict:
-    return {k: getattr(profile, k) for k in profile.__dataclass_fields__}
+    return {f.name: getattr(profile, f.name) for f in dataclasses.fields(profile) if f.init}
 
 
 def register() -> None:

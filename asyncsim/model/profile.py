@@ -15,7 +15,9 @@ A Profile says
   and the kernel) by "DEVICE:broadcast" before those, where the profile has one; a convolution
   or a 2-d product by "DEVICE:NAME@GEOMETRY" before them (`asyncsim.nd.ops.geometry`: a
   convolution's shape without the batch, a product's whole shape and transposes), for a profile
-  that timed that geometry: BLAS's speed depends on the product's shape;
+  that timed that geometry: BLAS's speed depends on the product's shape; a product it did not
+  time, of 1 MFLOP or more, by the timed one nearest in shape within a factor 2 on every side
+  (`asyncsim.model.products`);
 - `links`: the copy cost of `copyto` between devices, keyed "cpu->gpu", "gpu->cpu", "gpu->gpu",
   and optionally "gpu->host": a blocker's copy of a GPU array into fresh (pageable) host memory
   (asnumpy, item, print of GPU data; without it such a blocker is priced as on the CPU);
@@ -77,6 +79,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from asyncsim.model import products
 from asyncsim.model.cost import (
     BROADCAST,
     COST_FIELDS,
@@ -166,6 +169,9 @@ class Profile:
     # finished already gives the buffer back at once, inside `free`. 0: off
     reclaim: float = 0.0
     meta: dict = field(default_factory=dict)
+    # per "DEVICE:NAME@" prefix: (len(costs) when built, the timed product geometries, the key
+    # each untimed geometry resolved to); rebuilt when costs gain or lose a key
+    _products: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         _check(self)
@@ -193,12 +199,26 @@ class Profile:
             key = f"{kind}:{op.name}@{op.geometry}"
             if key in self.costs:
                 return key, self.costs[key]
+            key = self._nearest_product(f"{kind}:{op.name}@", op)
+            if key is not None:  # a product near one timed: at that one's rate
+                return key, self.costs[key]
         keys = (f"{kind}:{op.name}", f"{kind}:{OPS[op.name].group}", f"{kind}:*")
         for key in (f"{kind}:{BROADCAST}", *keys) if broadcast else keys:
             if key in self.costs:
                 return key, self.costs[key]
         raise ProfileError(f"profile {self.name!r} has no cost for {op.name} on {kind} "
                            f"(add {kind}:{op.name}, {kind}:{OPS[op.name].group} or {kind}:*)")
+
+    def _nearest_product(self, prefix: str, op) -> str | None:
+        """The timed product that prices `op`'s untimed geometry (`asyncsim.model.products`)."""
+        cached = self._products.get(prefix)
+        if cached is None or cached[0] != len(self.costs):
+            cached = self._products[prefix] = (len(self.costs),
+                                               products.timed(self.costs, prefix), {})
+        found = cached[2]
+        if op.geometry not in found:
+            found[op.geometry] = products.nearest(op.geometry, op.flops, cached[1])
+        return found[op.geometry]
 
     def cost(self, op, broadcast: bool = False) -> float:
         """Seconds `op` holds its lane."""

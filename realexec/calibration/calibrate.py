@@ -136,7 +136,7 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
     # the training ops: each priced by name (reshape, cast and assign by "cpu:copy")
     square = raw["kernels"].get("dot")
     costs.update(op_costs(raw.get("ops", {}),
-                          extra={"dot": fits.dot_points(square)} if square else None))
+                          extra={"dot": fits.dot_geometries(square)} if square else None))
     costs.update({f"frontend:{name}": Cost(latency=secs)
                   for name, secs in raw.get("op_issue", {}).items()})
     phases = raw.get("phases")

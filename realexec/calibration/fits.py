@@ -175,12 +175,17 @@ MEMORY_BOUND = ("cpu:*", "cpu:create", "cpu:elementwise", "cpu:add", "cpu:sub", 
 COMPUTE_BOUND_OPS = ("conv2d", "conv2d_grad_data", "conv2d_grad_weight", "dot")
 
 
-def dot_points(fitted: dict) -> list:
-    """[bytes, flops, seconds] of the square and matrix-vector products of the `dot` sweep
-    (FITTED's "dot": sizes, seconds): fitted together with the transposed ones of
-    `realexec.calibration.training`."""
-    return [[float(_dot_bytes(n)), float(_dot_flops(n)), float(secs)]
-            for n, secs in zip(fitted["sizes"], fitted["seconds"], strict=True)]
+def dot_geometries(fitted: dict) -> dict[str, list]:
+    """The square and matrix-vector products of the `dot` sweep (FITTED's "dot": sizes, seconds)
+    by geometry ("NxNxN", "1xNxN"): [bytes, flops, seconds] each. Fitted together with the
+    layer products of `realexec.calibration.training`, and each a geometry of its own, which
+    prices the products near it in shape (`asyncsim.model.products`)."""
+    out = {}
+    for n, secs in zip(fitted["sizes"], fitted["seconds"], strict=True):
+        m = abs(n)
+        out[f"{1 if n < 0 else m}x{m}x{m}"] = [float(_dot_bytes(n)), float(_dot_flops(n)),
+                                              float(secs)]
+    return out
 
 
 def op_costs(measured: dict, device: str = "cpu", extra: dict | None = None) -> dict[str, Cost]:
@@ -188,15 +193,16 @@ def op_costs(measured: dict, device: str = "cpu", extra: dict | None = None) -> 
     name -> {"points": [[bytes, flops, seconds], ...]}, as
     `realexec.calibration.training.kernel_times` gives them): latency + bytes / bandwidth +
     flops / peak for the convolutions and the products (with `extra`, the square ones of the
-    `dot` sweep: `dot_points`), `fit_bytes` (with its cache levels) for the others; and
+    `dot` sweep: `dot_geometries`), `fit_bytes` (with its cache levels) for the others; and
     "cpu:<op>@<geometry>" for each convolution geometry and product shape timed
-    (`geometry_cost`). The
-    coefficients are added to `measured`. `extra`: op name -> more points of that op, measured
-    elsewhere, fitted along."""
+    (`geometry_cost`). The coefficients are added to `measured`. `extra`: op name -> more
+    geometries of that op, measured elsewhere ({geometry: [bytes, flops, seconds]}), fitted
+    along and priced as its own."""
     costs: dict[str, Cost] = {}
     extra = extra or {}
     for name, fitted in measured.items():
-        points = np.array(sorted(fitted["points"] + extra.get(name, [])), float)
+        more = extra.get(name, {})
+        points = np.array(sorted(fitted["points"] + list(more.values())), float)
         moved, flops, times = points[:, 0], points[:, 1], points[:, 2]
         if name in COMPUTE_BOUND_OPS:
             coef = fit(np.stack([np.ones(len(times)), moved, flops], axis=1), times).tolist()
@@ -208,7 +214,7 @@ def op_costs(measured: dict, device: str = "cpu", extra: dict | None = None) -> 
             cost, coef = fit_bytes(moved, times, levels=max(0, min(2, sizes - 4)))
         fitted["coefficients"] = coef
         costs[f"{device}:{name}"] = cost
-        for geometry, (_, flops, seconds) in fitted.get("geometries", {}).items():
+        for geometry, (_, flops, seconds) in {**more, **fitted.get("geometries", {})}.items():
             costs[f"{device}:{name}@{geometry}"] = geometry_cost(cost.latency, flops, seconds)
     return costs
 
