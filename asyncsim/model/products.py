@@ -6,8 +6,8 @@ operand (`asyncsim.nd.ops.tensor.dot_geometry`), where it timed that geometry, a
 one formula fitted over every product timed (latency + bytes / bandwidth + flops / peak). BLAS
 gains speed with a product's size and loses some with a thin or transposed shape, which one
 linear formula cannot follow: fitted over small, mid-size and large products, its peak is pulled
-down by the mid-size ones, and it prices the largest products timed about 9% slow (the median
-over 29 calibrations of a 2-core Xeon VM; 3-14%).
+down by the mid-size ones, and it prices the largest square timed (1024 a side) 10% slow (the
+median over 30 calibrations of a 2-core Xeon VM; 3-17%).
 
 So a product of at least `NEAR_FLOPS` flops whose sides are each within a factor 2 of a timed
 product's is priced by that product's cost (its own flop rate), the nearest such one counted in
@@ -15,9 +15,10 @@ doublings of each side, plus one per transpose that differs. Below `NEAR_FLOPS`,
 latency- and call-bound and their rates change fast with size (a 32-cube ran at a third of a
 64-cube's rate), so the formula prices them.
 
-Judged on calibration's own points, each timed product priced without its own timing, over the
-same 29 calibrations: the median error 8.6% -> 4.4%; on products of 1e8 flops or more 6.2% -> 2.7%
-(median bias +2.2% -> +0.2%); the 90th percentile unchanged (32%, matrix-vector products).
+Judged on calibration's own points, each timed product priced without its own timing, over 30
+calibrations of a 2-core Xeon VM (`python benchmarks/products.py`): the median error 8.6% -> 4.4%;
+on products of 1e8 flops or more 6.2% -> 2.7% (median bias +2.1% -> +0.1%); the 90th percentile
+about the same (31% -> 32%: matrix-vector products, which neither prices well).
 Units: flops.
 """
 
