@@ -39,13 +39,17 @@ def timed_products(profile: dict) -> dict[str, tuple[float, float, float]] | Non
     return {**dot_geometries(sweep), **{g: tuple(v) for g, v in layers["geometries"].items()}}
 
 
+def formula(timed: dict):
+    """The one formula (latency + bytes / bandwidth + flops / peak) fitted over `timed`."""
+    points = np.array(list(timed.values()))
+    return cost_of(fit(np.stack([np.ones(len(points)), points[:, 0], points[:, 1]], 1),
+                       points[:, 2]))
+
+
 def fitted_on_all(timed: dict, geometry: str) -> float:
     """The error of the formula fitted over every timed product, `geometry`'s included, on it."""
-    points = np.array(list(timed.values()))
-    formula = cost_of(fit(np.stack([np.ones(len(points)), points[:, 0], points[:, 1]], 1),
-                          points[:, 2]))
     nbytes, flops, seconds = timed[geometry]
-    return formula.time(nbytes, flops) / seconds - 1
+    return formula(timed).time(nbytes, flops) / seconds - 1
 
 
 def errors(timed: dict) -> list[tuple[float, float, float]]:
@@ -53,13 +57,11 @@ def errors(timed: dict) -> list[tuple[float, float, float]]:
     out = []
     for geometry, (nbytes, flops, seconds) in timed.items():
         rest = {g: v for g, v in timed.items() if g != geometry}
-        points = np.array(list(rest.values()))
-        formula = cost_of(fit(np.stack([np.ones(len(points)), points[:, 0], points[:, 1]], 1),
-                              points[:, 2]))
+        fitted = formula(rest)
         candidates = [(products.parse(g), g) for g in rest]
         near = products.nearest(geometry, flops, [c for c in candidates if c[0] is not None])
-        rule = formula if near is None else geometry_cost(formula.latency, *rest[near][1:])
-        out.append((flops, formula.time(nbytes, flops) / seconds - 1,
+        rule = fitted if near is None else geometry_cost(fitted.latency, *rest[near][1:])
+        out.append((flops, fitted.time(nbytes, flops) / seconds - 1,
                     rule.time(nbytes, flops) / seconds - 1))
     return out
 
