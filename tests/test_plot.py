@@ -174,15 +174,29 @@ def test_plot_leaves_pyplot_alone(tmp_path):
     assert result.returncode == 0, result.stderr
 
 
-@given(st.lists(st.tuples(st.floats(0, 100), st.floats(0, 50)), max_size=30))
-def test_overlapping_regions_get_different_label_rows(intervals):
-    """For any regions, two that overlap in time never share a row of labels."""
+@given(st.lists(st.tuples(st.floats(0, 100), st.floats(0, 50)), max_size=30),
+       st.sampled_from([0.0, 100.0, 1000.0]))
+def test_overlapping_regions_and_labels_get_different_label_rows(intervals, duration):
+    """For any regions, two that overlap in time, or whose labels would, never share a row of
+    labels (a label takes `LABEL_CHAR` of the run's duration a character, and one more)."""
     marks = [(f"r{i}", a, a + w) for i, (a, w) in enumerate(intervals)]
-    levels = plot._region_levels(marks)
-    for i, (_, a1, b1) in enumerate(marks):
-        for j, (_, a2, b2) in enumerate(marks[:i]):
+    levels = plot._region_levels(marks, duration)
+
+    def drawn(label, a, b):
+        return a, max(b, a + (len(label) + 1) * plot.LABEL_CHAR * duration)
+
+    for i, mark in enumerate(marks):
+        a1, b1 = drawn(*mark)
+        for j, other in enumerate(marks[:i]):
+            a2, b2 = drawn(*other)
             if a1 < b2 and a2 < b1:
                 assert levels[i] != levels[j]
+
+
+def test_a_short_regions_label_does_not_share_a_row_with_the_next_region():
+    marks = [("Workloads are finished.", 0.0, 0.05), ("waitall", 0.05, 100.0)]
+    assert plot._region_levels(marks) == [0, 0]  # without a duration: their times only
+    assert plot._region_levels(marks, 400.0) == [0, 1]
 
 
 def test_spans_closer_than_a_pixel_are_drawn_as_one_bar():

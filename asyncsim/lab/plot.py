@@ -36,6 +36,9 @@ RSS = ":rss"  # the suffix of a process-RSS pseudo-device in a measured Trace's 
 LINESTYLES = ("--", "-", ":", "-.")  # per trace when colours mark devices
 BAR_HEIGHT = 0.7  # of a lane row
 REGION_ROW = 0.5  # height of one row of region labels, in lane rows
+# a region label's character, as a share of the time axis: 7-point text on the ~10 inch axes of
+# the timelines (a narrower axis makes labels wider than this and they may still touch)
+LABEL_CHAR = 1 / 170
 MS = 1e3
 MIB = 2.0**20
 # spans of one lane and kind beyond which an SVG holds them as one embedded image: thousands of
@@ -54,14 +57,18 @@ def new_figure(width: float = 10.0, height: float = 4.0) -> Figure:
     return fig
 
 
-def _region_levels(marks) -> list[int]:
-    """A row per region so that regions overlapping in time get different rows.
+def _region_levels(marks, duration: float = 0.0) -> list[int]:
+    """A row per region so that regions overlapping in time get different rows, and so do
+    regions whose labels would: a label runs on past a region shorter than itself (its width
+    about `LABEL_CHAR` of the run's `duration` a character; 8.2.2's 0.05 ms "Workloads are
+    finished." wrote over the "waitall" right after it).
 
     Greedy in order of start time, which uses as few rows as any assignment can."""
     ends: list[float] = []  # end time of the last region placed in each row
     levels = [0] * len(marks)
     for i in sorted(range(len(marks)), key=lambda k: marks[k][1]):
-        _, start, end = marks[i]
+        label, start, end = marks[i]
+        end = max(end, start + (len(label) + 1) * LABEL_CHAR * duration)
         row = next((r for r, last in enumerate(ends) if start >= last), len(ends))
         if row == len(ends):
             ends.append(end)
@@ -86,7 +93,7 @@ def _machine(trace: Trace) -> str:
 
 def _lane_rows(trace: Trace) -> float:
     """Height of a timeline in lane rows: the lanes plus the rows of region labels."""
-    region_rows = max(_region_levels(trace.marks), default=-1) + 1
+    region_rows = max(_region_levels(trace.marks, trace.duration), default=-1) + 1
     return max(len(trace.lanes), 1) + REGION_ROW * region_rows
 
 
@@ -116,7 +123,7 @@ def _draw_timeline(ax, trace: Trace, title: str | None) -> None:
         ax.broken_barh(xranges, (row[lane] - BAR_HEIGHT / 2, BAR_HEIGHT), facecolors=color,
                        edgecolors=color, linewidth=0.2, rasterized=len(xranges) > RASTER_SPANS)
 
-    levels = _region_levels(trace.marks)
+    levels = _region_levels(trace.marks, trace.duration)
     for i, ((label, start, end), level) in enumerate(zip(trace.marks, levels, strict=True)):
         color = REGION_COLORS[i % len(REGION_COLORS)]
         ax.axvspan(start * MS, end * MS, color=color, alpha=0.08, linewidth=0)
