@@ -20,6 +20,10 @@
    (single-threaded BLAS) or copies 16 MiB. Whether the machine itself slows the frontend when
    a worker computes beside it: where it does not, what sections 2 and 3 show beyond the looks
    is the engine's own cost.
+5. The same core after products (Linux only): interpreter work and the compiled relu on 8 MiB,
+   timed right after ~20 ms of single-threaded products on the core they run on, against right
+   after ~20 ms of interpreter work. Calibration times every kernel after others of its kind;
+   in a training loop the elementwise ops and the frontend follow products.
 
 Medians over R rounds, each case in turn within a round; ratios and times taken side by side in
 one run, never asserted: this machine's speed moves. Units: microseconds.
@@ -38,10 +42,12 @@ import threadpoolctl
 
 import realexec
 from realexec.calibration import issuing, microbench
+from realexec.cpu import kernels as cpu_kernels
 from realexec.frontend import machine
 from realexec.sessions import frozen_gc
 
 US = 1e6
+BEFORE_S = 0.02  # section 5: seconds of products (or interpreter work) before each timing
 
 
 def mixing(rounds: int) -> None:
@@ -229,6 +235,59 @@ def beside(rounds: int) -> None:
               f"{min(values):.2f}-{max(values):.2f}x")
 
 
+def after_products(rounds: int) -> None:
+    """Section 5: on one core, interpreter work and an elementwise kernel timed right after
+    `BEFORE_S` of products on that core, against right after as long of interpreter work."""
+    if not hasattr(os, "sched_setaffinity"):
+        print("\n5. (skipped: needs Linux's sched_setaffinity)")
+        return
+    everywhere = os.sched_getaffinity(0)
+    a = np.ones((1024, 512), np.float32)
+    w = np.ones((2048, 512), np.float32)
+    h = np.empty((1024, 2048), np.float32)
+    x = np.ones(1 << 21, np.float32)  # 8 MiB, as the MLP's activations
+    y = np.empty_like(x)
+    relu = cpu_kernels.KERNELS["relu"]
+
+    def before(kind):
+        end = time.perf_counter() + BEFORE_S
+        while time.perf_counter() < end:
+            if kind == "products":
+                np.dot(a, w.T, out=h)
+            else:
+                _python_loop(2_000)
+
+    def kernel():
+        start = time.perf_counter()
+        relu((x,), y, {})
+        return time.perf_counter() - start
+
+    cases = {"interpreter loop": lambda: _python_loop(20_000), "relu on 8 MiB": kernel}
+    ratios: dict = {label: [] for label in cases}
+    os.sched_setaffinity(0, {min(everywhere)})
+    try:
+        with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):
+            kernel()
+            for _ in range(rounds):
+                for label, case in cases.items():
+                    times = {}
+                    for kind in ("python", "products"):
+                        samples = []
+                        for _ in range(7):
+                            before(kind)
+                            samples.append(case())
+                        times[kind] = statistics.median(samples)
+                    ratios[label].append(times["products"] / times["python"])
+    finally:
+        os.sched_setaffinity(0, everywhere)
+    print(f"\n5. on one core, right after {BEFORE_S * 1e3:.0f} ms of products (1024x512 by "
+          f"512x2048, one BLAS thread) against right after as long of interpreter work "
+          f"(slowdown; median and range)")
+    for label, values in ratios.items():
+        print(f"   {label:20s} {statistics.median(values):.2f}x   range "
+              f"{min(values):.2f}-{max(values):.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="rounds of every case")
@@ -239,6 +298,7 @@ def main() -> None:
         products(args.rounds)
         running_ahead(args.rounds)
         beside(args.rounds)
+        after_products(args.rounds)
 
 
 if __name__ == "__main__":
