@@ -172,6 +172,7 @@ def collect(args, force: bool) -> list:
           f"busy meanwhile)")
     print("  " + ", ".join(f"{k} {v}" for k, v in us.items())
           + f", crowd {profile.costs['cpu:elementwise'].crowd:.2f}, mix {profile.mix:.2f}"
+          + f", after_gemm {profile.after_gemm:.2f}"
           + (f", llc {profile.llc / 2**20:.0f} MiB, dram {profile.dram / 1e9:.1f} GB/s"
              if profile.dram else ", llc and dram off"))
     probes = profile.meta.get("measurements", {}).get("speed_probe")

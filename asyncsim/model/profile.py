@@ -59,6 +59,11 @@ data a loop has let fall out of the caches (`asyncsim.model.caches`).
 `reclaim` (0: off; with `native`): what a push adds when it gives back buffers whose ops finished
 after their last handle was dropped (the compiled engine gives them back there, not at the drop).
 
+`after_gemm` (0: off): the factor by which a streaming CPU op's bytes time stretches when it runs
+on a worker within `asyncsim.model.host.AFTER_GEMM_S` of a product or convolution there (costs
+are calibrated on kernels that follow their own kind; a training loop's bias adds and relus
+follow products).
+
 `mix` (0: off): what issuing ops of several kinds in turn adds to the frontend's price of each,
 1 + mix (1 - 1/k) for k kinds among the last ops issued (`asyncsim.model.issue`); issue costs are
 timed in a loop of one kind, which keeps one path through the frontend's code hot.
@@ -102,7 +107,8 @@ _SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int,
             "switch": float, "spin": float, "recheck": float, "startup": float,
             "handover": float, "gpu_issue": float, "gpu_wait": float, "gpu_settle": float,
             "pageable": int, "rss_keep": float, "native": int, "idle_spin": float,
-            "table": int, "llc": float, "dram": float, "mix": float, "reclaim": float}
+            "table": int, "llc": float, "dram": float, "mix": float, "reclaim": float,
+            "after_gemm": float}
 _MINIMUM = {"workers": 1, "cores": 1, "gpus": 0}
 
 
@@ -168,6 +174,10 @@ class Profile:
     # next push (`NativeEngine._run_frees`); once per push that finds any. A drop whose ops had
     # finished already gives the buffer back at once, inside `free`. 0: off
     reclaim: float = 0.0
+    # how much slower a streaming CPU op (elementwise, reduction, copy, a layer's normalisation
+    # or pooling) runs right after a product or a convolution on its worker, as a factor of its
+    # bytes time (0 or 1: off); `asyncsim.model.host` says for how long
+    after_gemm: float = 0.0
     meta: dict = field(default_factory=dict)
     # per "DEVICE:NAME@" prefix: (len(costs) when built, the timed product geometries, the key
     # each untimed geometry resolved to); rebuilt when costs gain or lose a key
@@ -271,11 +281,11 @@ class Profile:
 
     @property
     def contended(self) -> bool:
-        """Whether any host contention (wake-ups, the GIL, releases, re-checks, crowding) is
-        modelled."""
+        """Whether any host contention (wake-ups, the GIL, releases, re-checks, crowding, ops
+        slowed after products) is modelled."""
         crowded = any(cost.crowd for key, cost in self.costs.items() if key.startswith("cpu:"))
         return bool(self.dispatch or self.wake or self.gil or self.release or self.recheck
-                    or crowded)
+                    or crowded or self.after_gemm > 1.0)
 
     # -- variants --------------------------------------------------------------------------
     def replace(self, **kv) -> Profile:

@@ -48,6 +48,9 @@ a program with:
 - `reclaim`: what a push adds when it gives back a buffer whose op finished after the drop (the
   compiled engine does that there), from a chain of ops that each drop the result before
   against the same ops on a fixed input (`realexec.calibration.frees`);
+- `after_gemm`: how much slower streaming ops run right after a product on their worker, from a
+  chain of elementwise ops behind a product against the same chain behind an elementwise op
+  (`realexec.calibration.aftergemm`);
 - `mix`: what issuing ops of several kinds in turn adds to each one's issue cost, which is
   timed in a loop of its kind alone (`realexec.calibration.issuing.mixed_issue`);
 - `llc` and `dram`: the last-level cache's size and main memory's bandwidth, from an op whose
@@ -112,7 +115,7 @@ from realexec.engine.core import Engine, default_workers
 from realexec.engine.native import CAPACITY, IDLE_SPIN_S
 from realexec.frontend import machine
 
-VERSION = 16  # bump when what is measured changes: older cache files are then ignored
+VERSION = 17  # bump when what is measured changes: older cache files are then ignored
 
 
 def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
@@ -188,6 +191,7 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
                    table=CAPACITY if native else 0, llc=cache["llc"], dram=cache["dram"],
                    mix=issuing.fit_mix(raw["mixed"]["ratios"]) if "mixed" in raw else 0.0,
                    reclaim=raw["reclaim"]["reclaim"] if native and "reclaim" in raw else 0.0,
+                   after_gemm=raw.get("after_gemm", {}).get("after_gemm", 0.0),
                    meta=json.loads(json.dumps({**meta, "measurements": raw})))  # as saved
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from realexec.calibration import caches, frees, issuing, microbench, training
+from realexec.calibration import aftergemm, caches, frees, issuing, microbench, training
 from realexec.calibration import gil as microbench_gil
 from realexec.calibration import host as microbench_host
 from realexec.calibration.fits import FITTED, ROW
@@ -219,6 +219,7 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
         raw["mixed"] = issuing.mixed_issue(bench, s.issue_ops, max(1, s.loops // 2),
                                            s.spread / 4)
         raw["reclaim"] = frees.reclaim(bench, s.issue_ops, s.loops, s.spread / 4)
+        raw["after_gemm"] = aftergemm.after_gemm(bench, 4 * s.repeats)
         bar.update()
         bar.set_postfix_str("round trip")
         raw["roundtrip_late"] = microbench.roundtrip(bench, s.roundtrips, s.loops, s.spread / 2)
