@@ -50,8 +50,9 @@ what the book's closed forms assume. With a Host:
 - after products (`profile.after_gemm` > 1): a streaming op (elementwise, reduction, copy, a
   layer's normalisation or pooling) that starts on a worker within `AFTER_GEMM_S` of the end of
   a product or convolution on that worker has its bytes time stretched by `after_gemm`. On a
-  2-core Intel Xeon VM an 8 MiB relu ran 1.4-1.5x and `x + 1` 1.2-1.3x their time right after a
-  1024x512x2048 product, 1.2x and 1.1x with 10 ms in between, about 1.06x with 50 ms.
+  2-core Intel Xeon VM an 8 MiB relu ran 1.28-1.34x and `x + 1` 1.14-1.24x their time right
+  after a 1024x512x2048 product, 1.13-1.27x with 2-10 ms in between, 1.05-1.07x with 50 ms
+  (`realexec.calibration.aftergemm`).
 NaiveEngine (`mode='sync'`) runs each op inside its issuing call: no wake-ups, no GIL contest;
 the call returns after the op's `gil` (its completion).
 

@@ -3,22 +3,27 @@
 
 Calibration times each kernel after others of its kind. In a training loop the bias adds, relus
 and normalisations follow products and convolutions, and on some machines they run slower there:
-on a 2-core Intel Xeon VM an 8 MiB relu took 1.4-1.5x and `x + 1` 1.2-1.3x their time when a
-1024x512x2048 product had just run before them, with the same buffers and sizes. (Not the data:
-the same chain behind a `* 1.0` of the product's result ran at the calibrated speed.)
+on a 2-core Intel Xeon VM an 8 MiB relu took 1.28-1.34x and `x + 1` 1.14-1.24x their time right
+after a 1024x512x2048 product, against after a `* 1.0` of the product's result (the same
+buffers), and still 1.13-1.27x 2-10 ms later, 1.05-1.07x 50 ms later (`python
+benchmarks/after_gemm.py`, two runs).
 
 `after_gemm(bench, repeats)` times the chain `h = dot(x, w.T)` (or `h = h0 * 1.0`), then relu,
-`+ 1.0`, relu, `+ 1.0` on h's (1024, 2048) float32, waited for at its end, `repeats` times each
-way in turn; the factor is the four ops' median times summed after the product over the same
-after the elementwise op. 1.0 where the machine shows no such effect (`Profile.after_gemm` then
-changes nothing). Units: seconds.
+`+ 1.0`, relu, `+ 1.0` on h's (1024, 2048) float32, waited for at its end, `repeats` times without
+the product and then `repeats` times with it (in turn, a chain without one would follow the
+product of the chain before); the factor is the four ops' median times summed after the product
+over the same after the elementwise op. 1.0 where the machine shows no such effect
+(`Profile.after_gemm` then changes nothing). Units: seconds.
 """
 
 from __future__ import annotations
 
 import statistics
 
+from realexec.calibration.steady import busy
+
 ROWS, INNER, COLS = 1024, 512, 2048  # the product of 12.2.4's and 8.2.4's first layer
+PAUSE_S = 0.1  # seconds between the warm-up's products and the chains without one
 FOLLOWERS = ("relu", "add_scalar", "relu", "add_scalar")
 
 
@@ -38,9 +43,10 @@ def after_gemm(bench, repeats: int) -> dict:
     h0 = nd.dot(x, w, transpose_b=True)
     for product in (True, False):  # buffers of every size in the pool, code compiled
         _chain(nd, x, w, h0, product)
+    busy(PAUSE_S)  # so the chains without a product follow none
     times: dict[bool, list[list[float]]] = {True: [], False: []}
-    for _ in range(repeats):
-        for product in (True, False):
+    for product in (False, True):  # not in turn: a chain behind another's product is slowed too
+        for _ in range(repeats):
             since = bench.mark()
             _chain(nd, x, w, h0, product)
             spans = [s for s in bench.spans(since, "exec") if s[1] in FOLLOWERS]
