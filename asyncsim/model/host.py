@@ -289,8 +289,8 @@ class Host:
                     yield turn
             op = ops[position]
             spans.append(Span(lane, op.name, op.id, start, env.now, model.kinds[position]))
-            if self.after_gemm and self.after[position] == GEMM:
-                self.last_gemm[lane] = env.now
+            if self.after_gemm:
+                self._ended(lane, position)
             if sync and hold:  # NaiveEngine: the issuing call returns after the completion
                 yield timeout(hold)
             wakes = self.wakes
@@ -310,6 +310,11 @@ class Host:
             return by_bytes * self.after_gemm
         return by_bytes
 
+    def _ended(self, lane: str, position: int) -> None:
+        """Op `position` has just ended on `lane`: a product or convolution starts the window."""
+        if self.after[position] == GEMM:
+            self.last_gemm[lane] = self.env.now
+
     def _compiled(self, lane: str, position: int, latency: float, by_bytes: float,
                   by_flops: float, crowd: float):
         """A compiled worker runs op `position`: its kernel, then its completion, no GIL; it
@@ -325,8 +330,8 @@ class Host:
             yield env.timeout(latency + by_bytes + by_flops)
         op = model.ops[position]
         model.spans.append(Span(lane, op.name, op.id, start, env.now, model.kinds[position]))
-        if self.after_gemm and self.after[position] == GEMM:
-            self.last_gemm[lane] = env.now
+        if self.after_gemm:
+            self._ended(lane, position)
         wakes = self.wakes
         model._finish(position, op)
         after = (self.wakes - wakes) * self.wake
