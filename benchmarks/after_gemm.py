@@ -7,11 +7,11 @@
    for at the end; each follower's median exec time behind the product over the same behind the
    `* 1.0`, and the factor calibration derives (`Profile.after_gemm`).
 2. How long it lasts: the product waited for, then the frontend busy for a gap (0, 2, 10, 50 ms),
-   then `+ 1.0` and a relu; their times against the same after a `* 1.0` and the same gap.
-The chains without a product run first, after a pause (`aftergemm.PAUSE_S`) that puts every
-product before out of reach. The
+   then `+ 1.0` and a relu; their times against the same after a `* 1.0` and the same gap. The
    model stretches the streaming ops that start within `asyncsim.model.host.AFTER_GEMM_S` of a
    product on their worker.
+The chains without a product run first, after a pause (`aftergemm.PAUSE_S`) that puts every
+product before out of reach (`aftergemm.followers`, which calibration runs too).
 
 Medians over R rounds of 20 chains each way; ratios taken side by side in one run, with the
 machine, never asserted. Units: milliseconds.
@@ -21,45 +21,23 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import realexec
 from asyncsim.model.host import AFTER_GEMM_S
-from realexec.calibration.aftergemm import COLS, FOLLOWERS, INNER, PAUSE_S, ROWS, after_gemm
+from realexec.calibration.aftergemm import (
+    COLS,
+    FOLLOWERS,
+    INNER,
+    ROWS,
+    after_gemm,
+    arrays,
+    followers,
+)
 from realexec.calibration.microbench import _Bench
-from realexec.calibration.steady import busy
 from realexec.frontend import machine
 
 GAPS = (0.0, 0.002, 0.01, 0.05)
 CHAINS = 20
-
-
-def _busy(seconds: float) -> None:
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
-
-
-def _followers(bench, arrays, product: bool, gap: float, names=FOLLOWERS) -> list[list[float]]:
-    """Per chain, the followers' exec seconds, in order. Without the product, after a pause
-    that puts the products before out of reach."""
-    nd = bench.nd
-    x, w, h0 = arrays
-    if not product:
-        busy(PAUSE_S)
-    rows = []
-    for _ in range(CHAINS + 1):  # the first warms the pool and is left out
-        since = bench.mark()
-        h = nd.dot(x, w, transpose_b=True) if product else h0 * 1.0
-        if gap:
-            h.wait_to_read()
-            _busy(gap)
-        for name in names:
-            h = nd.relu(h) if name == "relu" else h + 1.0
-        h.wait_to_read()
-        rows.append([end - start for _, nm, start, end in bench.spans(since, "exec")
-                     if nm in names])
-    return rows[1:]
 
 
 def main() -> None:
@@ -72,18 +50,16 @@ def main() -> None:
     lasting: dict[tuple[float, str], list[float]] = {}
     with realexec.session() as nd:
         bench = _Bench(nd, nd._backend.engine.workers)
-        x = nd.random.normal(shape=(ROWS, INNER))
-        w = nd.random.normal(shape=(COLS, INNER))
-        arrays = (x, w, nd.dot(x, w, transpose_b=True))
+        operands = arrays(nd)
         for _ in range(args.rounds):
-            alone, after = (_followers(bench, arrays, p, 0.0) for p in (False, True))
+            alone, after = (followers(bench, operands, p, CHAINS) for p in (False, True))
             for i in range(len(FOLLOWERS)):
                 ratio = (statistics.median(r[i] for r in after)
                          / statistics.median(r[i] for r in alone))
                 chain.setdefault(i, []).append(ratio)
             factors.append(after_gemm(bench, CHAINS)["after_gemm"])
             for gap in GAPS:
-                alone, after = (_followers(bench, arrays, p, gap, ("add_scalar", "relu"))
+                alone, after = (followers(bench, operands, p, CHAINS, gap, ("add_scalar", "relu"))
                                 for p in (False, True))
                 for i, name in enumerate(("add_scalar", "relu")):
                     lasting.setdefault((gap, name), []).append(

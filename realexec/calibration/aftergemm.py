@@ -10,15 +10,16 @@ benchmarks/after_gemm.py`, two runs).
 
 `after_gemm(bench, repeats)` times the chain `h = dot(x, w.T)` (or `h = h0 * 1.0`), then relu,
 `+ 1.0`, relu, `+ 1.0` on h's (1024, 2048) float32, waited for at its end, `repeats` times without
-the product and then `repeats` times with it (in turn, a chain without one would follow the
-product of the chain before); the factor is the four ops' median times summed after the product
-over the same after the elementwise op. 1.0 where the machine shows no such effect
+the product and then `repeats` times with it (`followers`; in turn, a chain without one would
+follow the product of the chain before); the factor is the four ops' median times summed after
+the product over the same after the elementwise op. 1.0 where the machine shows no such effect
 (`Profile.after_gemm` then changes nothing). Units: seconds.
 """
 
 from __future__ import annotations
 
 import statistics
+from time import perf_counter
 
 from realexec.calibration.steady import busy
 
@@ -27,35 +28,51 @@ PAUSE_S = 0.1  # seconds between the warm-up's products and the chains without o
 FOLLOWERS = ("relu", "add_scalar", "relu", "add_scalar")
 
 
-def _chain(nd, x, w, h0, product: bool):
-    h = nd.dot(x, w, transpose_b=True) if product else h0 * 1.0
-    for name in FOLLOWERS:
-        h = nd.relu(h) if name == "relu" else h + 1.0
-    h.wait_to_read()
+def arrays(nd) -> tuple:
+    """(x, w, h0): the product's operands and a result of it (the chains without a product
+    start from h0)."""
+    x = nd.random.normal(shape=(ROWS, INNER))
+    w = nd.random.normal(shape=(COLS, INNER))
+    return x, w, nd.dot(x, w, transpose_b=True)
+
+
+def followers(bench, operands, product: bool, repeats: int, gap: float = 0.0,
+              names=FOLLOWERS) -> list[list[float]]:
+    """Per chain, the exec seconds of its followers (`names`, in order): `repeats` chains behind
+    the product, or behind `h0 * 1.0` after a pause (`PAUSE_S`) that puts every product before
+    out of reach; `gap` seconds of the frontend's own work between the head and the followers
+    (0: none, and no wait). One chain more runs first, untimed: the pool then holds its buffers."""
+    nd = bench.nd
+    x, w, h0 = operands
+    if not product:
+        busy(PAUSE_S)
+    rows = []
+    for _ in range(repeats + 1):
+        since = bench.mark()
+        h = nd.dot(x, w, transpose_b=True) if product else h0 * 1.0
+        if gap:
+            h.wait_to_read()
+            end = perf_counter() + gap
+            while perf_counter() < end:
+                pass
+        for name in names:
+            h = nd.relu(h) if name == "relu" else h + 1.0
+        h.wait_to_read()
+        rows.append([b - a for _, nm, a, b in bench.spans(since, "exec") if nm in names])
+    return rows[1:]
 
 
 def after_gemm(bench, repeats: int) -> dict:
     """{"after_gemm": factor, "after": seconds, "alone": seconds}: the followers' summed
     median exec times behind a product and behind an elementwise op."""
-    nd = bench.nd
-    x = nd.random.normal(shape=(ROWS, INNER))
-    w = nd.random.normal(shape=(COLS, INNER))
-    h0 = nd.dot(x, w, transpose_b=True)
-    for product in (True, False):  # buffers of every size in the pool, code compiled
-        _chain(nd, x, w, h0, product)
-    busy(PAUSE_S)  # so the chains without a product follow none
-    times: dict[bool, list[list[float]]] = {True: [], False: []}
-    for product in (False, True):  # not in turn: a chain behind another's product is slowed too
-        for _ in range(repeats):
-            since = bench.mark()
-            _chain(nd, x, w, h0, product)
-            spans = [s for s in bench.spans(since, "exec") if s[1] in FOLLOWERS]
-            times[product].append([end - start for _, _, start, end in spans])
+    operands = arrays(bench.nd)
+    # without the product first: in turn, a chain behind another's product is slowed too
+    times = {product: followers(bench, operands, product, repeats) for product in (False, True)}
     sums = {product: sum(statistics.median(column) for column in zip(*rows, strict=True))
             for product, rows in times.items()}
-    nd.waitall()
+    bench.nd.waitall()
     return {"after_gemm": max(1.0, sums[True] / sums[False]), "after": sums[True],
             "alone": sums[False]}
 
 
-__all__ = ["after_gemm"]
+__all__ = ["FOLLOWERS", "after_gemm", "arrays", "followers"]
