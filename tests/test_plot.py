@@ -156,6 +156,16 @@ def test_save_writes_png_and_svg(tmp_path):
     assert "<svg" in paths[1].read_text()
 
 
+def test_save_drops_a_suffix_it_writes_itself(tmp_path):
+    """`save(fig, "fig.png")` writes fig.png and fig.svg, not fig.png.png; another suffix stays."""
+    paths = plot.save(plot.side_by_side(make_trace(), make_trace()), tmp_path / "fig.png")
+    assert [p.name for p in paths] == ["fig.png", "fig.svg"]
+    assert all(p.exists() for p in paths)
+    kept = plot.save(plot.side_by_side(make_trace(), make_trace()), tmp_path / "run.1",
+                     formats=("png",))
+    assert [p.name for p in kept] == ["run.1.png"]
+
+
 def test_plot_leaves_pyplot_alone(tmp_path):
     """Building and saving figures never imports matplotlib.pyplot (no global state)."""
     code = (
@@ -196,7 +206,8 @@ def test_overlapping_regions_and_labels_get_different_label_rows(intervals, dura
 def test_a_short_regions_label_does_not_share_a_row_with_the_next_region():
     marks = [("Workloads are finished.", 0.0, 0.05), ("waitall", 0.05, 100.0)]
     assert plot._region_levels(marks) == [0, 0]  # without a duration: their times only
-    assert plot._region_levels(marks, 400.0) == [0, 1]
+    first, second = plot._region_levels(marks, 400.0)
+    assert first != second
 
 
 def test_spans_closer_than_a_pixel_are_drawn_as_one_bar():
@@ -209,3 +220,16 @@ def test_spans_closer_than_a_pixel_are_drawn_as_one_bar():
     extents = sorted((p.vertices[:, 0].min(), p.vertices[:, 0].max()) for p in bars.get_paths())
     assert len(extents) == 2
     assert extents[0] == pytest.approx((0.0, 1.0)) and extents[1] == pytest.approx((2.0, 3.0))
+
+
+def test_regions_starting_together_stack_alike_in_predicted_and_measured_panels():
+    """A loop's regions start at one instant in a prediction and microseconds apart, in either
+    order, in a measurement: each region gets the same row in both panels."""
+    predicted = [("batch 50", 0.5, 11.2), ("batch 100", 0.5, 21.9), ("batch 150", 0.5, 32.6),
+                 ("time per epoch", 0.5, 32.6)]
+    measured = [("batch 50", 4.633, 14.824), ("batch 100", 4.631, 24.7),
+                ("batch 150", 4.628, 34.631), ("time per epoch", 4.62, 34.655)]
+    rows = [dict(zip([m[0] for m in marks], plot._region_levels(marks, duration), strict=True))
+            for marks, duration in ((predicted, 33.0), (measured, 35.0))]
+    assert rows[0] == rows[1]
+    assert sorted(rows[0].values()) == [0, 1, 2, 3]  # they overlap: a row each
