@@ -14,7 +14,9 @@ and run on the real engine, side by side.
    `asyncsim.compare.table` of the prediction and the run nearest the runs' central total, and
    the spread of the runs' totals. The machine may be
    shared: each measurement waits for a quiet second first (other processes' CPU time, from
-   /proc/stat), and one during which they kept 0.1 cores busy is taken again (three tries);
+   /proc/stat), and one during which they kept 0.1 cores busy is taken again (three tries).
+   Each run starts in the machine's usual state, and one during which a slow spell began is
+   taken again (`realexec.calibration.steady.Gate`; the count is printed);
 3. the summary: the error of the total time per scenario, their median and maximum (absolute),
    and the error of the peak memory; beside each, the machine's speed around its runs against
    its speed while calibrating (`realexec.calibration.steady.speed_probe`, taken by both): a
@@ -48,7 +50,7 @@ from asyncsim.lab import scenarios
 from asyncsim.lab.compare import compare, table
 from realexec import run
 from realexec.calibration.calibrate import BackgroundLoad, calibrate
-from realexec.calibration.steady import busy, central, speed_probe
+from realexec.calibration.steady import Gate, busy, central, speed_probe
 from realexec.frontend import machine
 
 NO_NUMPY = dict(numpy_part=False)
@@ -75,6 +77,7 @@ QUICK_SIZES = {  # --quick: the book's shapes where they are cheap, smaller ones
 LOAD = 0.1  # cores that other processes may keep busy during a measurement
 TINY_PEAK = 2**20  # bytes: peaks below this are a few buffers, whose count decides the error
 SPAN, SPACED, MAX_RUNS = 3.0, 0.25, 15  # measured runs: seconds spanned, pause, most runs
+RETAKES = 6  # runs taken again at most, per scenario, when a slow spell began during one
 
 
 def wait_for_quiet(limit: float = 120.0) -> None:
@@ -88,29 +91,38 @@ def wait_for_quiet(limit: float = 120.0) -> None:
             return
 
 
-def measure(scenario, workers: int, params: dict, repeat: int = 3):
+def measure(scenario, workers: int, params: dict, repeat: int = 3, gate: Gate | None = None):
     """A warm-up run, then measured runs (the workload's prints are swallowed): at least
     `repeat`, and for a short workload more, SPACED apart (the cores kept busy meanwhile),
     until they span SPAN seconds (at most MAX_RUNS): this machine's speed changes from second
-    to second (`realexec.calibration.steady`), and runs taken back to back catch one moment. Returns
-    the run whose total is nearest the runs' central total (a trimmed mean), its clock started
-    at the workload's first event (realexec's clock starts when the engine is made, before the
-    session sets BLAS's threads), and the spread of the totals ((longest - shortest) /
-    central)."""
-    traces = []
+    to second (`realexec.calibration.steady`), and runs taken back to back catch one moment.
+    Each run starts in the machine's usual state and is taken again (at most RETAKES times) when
+    `gate` finds a slow spell right after it (`realexec.calibration.steady.Gate`; default: one
+    that learns the usual state from its own looks). Returns the
+    run whose total is nearest the runs' central total (a trimmed mean), its clock started at
+    the workload's first event (realexec's clock starts when the engine is made, before the
+    session sets BLAS's threads), the spread of the totals ((longest - shortest) / central),
+    and the runs taken again."""
+    traces, retaken = [], 0
+    gate = gate or Gate()
     with contextlib.redirect_stdout(io.StringIO()), gc_paused():
         run(scenario.workload, workers=workers, **params)
         began = time.perf_counter()
         while len(traces) < repeat or (time.perf_counter() - began < SPAN
                                        and len(traces) < MAX_RUNS):
-            if traces:
+            if traces or retaken:
                 busy(SPACED)
+            gate.wait()
             gc.collect()
-            traces.append(run(scenario.workload, workers=workers, **params).from_first_event())
+            trace = run(scenario.workload, workers=workers, **params).from_first_event()
+            if not gate.holds() and retaken < RETAKES:
+                retaken += 1
+                continue
+            traces.append(trace)
     totals = [t.duration for t in traces]
     typical = central(totals)
     chosen = min(traces, key=lambda t: abs(t.duration - typical))
-    return chosen, (max(totals) - min(totals)) / typical
+    return chosen, (max(totals) - min(totals)) / typical, retaken
 
 
 @contextlib.contextmanager
@@ -158,7 +170,8 @@ def main() -> None:
 
 def collect(args, force: bool) -> list:
     """Calibrate (or load the cached profile), then predict and measure every scenario; print
-    each table and the summary. [(name, total row, peak row or None, others, spread, speed)]."""
+    each table and the summary. [(name, total row, peak row or None, others, spread, speed,
+    runs retaken)]."""
     start = time.perf_counter()
     profile = calibrate(workers=args.workers, force=force, progress=sys.stderr.isatty())
     workers = profile.workers
@@ -175,8 +188,16 @@ def collect(args, force: bool) -> list:
           + f", after_gemm {profile.after_gemm:.2f}"
           + (f", llc {profile.llc / 2**20:.0f} MiB, dram {profile.dram / 1e9:.1f} GB/s"
              if profile.dram else ", llc and dram off"))
-    probes = profile.meta.get("measurements", {}).get("speed_probe")
+    measured = profile.meta.get("measurements", {})
+    probes = measured.get("speed_probe")
     reference = statistics.mean(probes) if probes else None  # None: calibrated before it
+    spells = measured.get("gate")
+    if spells:
+        print(f"  calibration met {spells['slow']} slow spell(s) after a step (taken again) and "
+              f"waited {spells['waited']} look(s) for one to end before a step")
+    # runs in the state the calibration saw: its fastest probe (or, before probes, the
+    # fastest seen while measuring)
+    gate = Gate(min(probes) if probes else None)
     sizes = QUICK_SIZES if args.quick else SIZES
     names = args.only or scenarios.names("cpu")
     summary = []
@@ -190,7 +211,7 @@ def collect(args, force: bool) -> list:
             busy(1.0)  # cores that idled run slower for seconds (realexec.calibration.steady)
             load = BackgroundLoad()
             before = speed_probe()
-            meas, spread = measure(scenario, workers, params, args.repeat)
+            meas, spread, retaken = measure(scenario, workers, params, args.repeat, gate)
             now = 0.5 * (before + speed_probe())
             others = load.cores()
             if others < LOAD:
@@ -204,20 +225,22 @@ def collect(args, force: bool) -> list:
         total = next(r for r in rows if r.name == "total")
         peak = next((r for r in rows if r.name == "peak cpu"), None)
         speed = reference / now if reference else float("nan")
-        summary.append((name, total, peak, others, spread, speed))
+        summary.append((name, total, peak, others, spread, speed, retaken))
         sys.stdout.flush()
 
     print()
     print(f"{'scenario':<26s} {'predicted':>11s} {'measured':>11s} {'total err':>10s} "
-          f"{'spread':>7s} {'peak err':>9s} {'others':>7s} {'speed':>6s}")
-    for name, total, peak, others, spread, speed in summary:
+          f"{'spread':>7s} {'peak err':>9s} {'others':>7s} {'speed':>6s} {'retaken':>7s}")
+    for name, total, peak, others, spread, speed, retaken in summary:
         peak_err = f"{peak.error:+9.1%}" if peak is not None else "      n/a"
         print(f"{name:<26s} {total.predicted * 1e3:9.2f}ms {total.measured * 1e3:9.2f}ms "
-              f"{total.error:+10.1%} {spread:7.1%} {peak_err} {others:7.2f} {speed:6.2f}")
+              f"{total.error:+10.1%} {spread:7.1%} {peak_err} {others:7.2f} {speed:6.2f} "
+              f"{retaken:7d}")
     print("(spread: (longest - shortest) / central total of the measured runs; others: cores "
           "that other processes kept busy during them; speed: the machine's speed around the "
           "runs against while calibrating, from `speed_probe` (0.90: 10% slower), which the "
-          "prediction does not use)")
+          "prediction does not use; retaken: runs taken again because a slow spell began "
+          "during them)")
     errors = [abs(total.error) for _, total, *_ in summary]
     peaks = [abs(peak.error) for _, _, peak, *_ in summary if peak is not None]
     print(f"\ntotal time: median |error| {statistics.median(errors):.1%} (target <= 10%), "

@@ -60,7 +60,7 @@ def main() -> None:
     with contextlib.redirect_stdout(io.StringIO()):
         program = asyncsim.record(scenario.workload, **params)
     pred = asyncsim.simulate(program, profile)
-    meas, spread = accuracy.measure(scenario, profile.workers, params)
+    meas, spread, _ = accuracy.measure(scenario, profile.workers, params)
     print(f"{args.scenario}: predicted {pred.duration * 1e3:.1f} ms, measured "
           f"{meas.duration * 1e3:.1f} ms (spread of the runs {spread:.0%}); profile of "
           f"{profile.meta.get('date')}")

@@ -112,7 +112,7 @@ def main() -> None:
         params = sc.kwargs(args.quick, measure=True)
         began = time.perf_counter()
         pred = predict(sc, profile, params)
-        meas, _ = measure(sc, profile.workers, params, args.repeat)
+        meas, _, _ = measure(sc, profile.workers, params, args.repeat)
         rows = [r for r in compare(pred, meas) if r.name not in sc.measured_only]
         print()
         print(table(rows, title=f"{name} ({sc.section}) [{time.perf_counter() - began:.1f} s]"))

@@ -9,7 +9,8 @@ else must be a profile JSON file, or `load_profile` stops with a message naming 
 prediction gets at least as many GPUs as its scenario uses, whatever the profile says. GPU
 scenarios run for real only where a real GPU (not numba's CUDA simulator) is present
 (`gpu_here`); elsewhere `compare_one` predicts them only, and its callers say so. A compared run
-is measured after a thrown-away warm-up run, with Python's garbage collector paused.
+is measured after a thrown-away warm-up run, with Python's garbage collector paused, and (but
+with `quick`) in the machine's usual state, out of its slow spells (`_gate`).
 
 Units: traces hold seconds and bytes; the tables print milliseconds (MiB for memory) and each
 error relative to the measured value, in percent.
@@ -64,10 +65,12 @@ def predict_one(sc, profile, params, mode="async", max_inflight=None):
 
 
 def run_one(sc, params, workers=None, mode="async", max_inflight=None, warmup=False,
-         warmup_params=None):
+            warmup_params=None, gate=None):
     """Run on the real engine. With `warmup`, a first run is thrown away (kernels compiled,
     buffers cached, pages faulted in: costs the model does not have), with `warmup_params` if
-    given, and the measured one runs with Python's garbage collector paused, as `timeit` does."""
+    given, and the measured one runs with Python's garbage collector paused, as `timeit` does;
+    with a `gate` (`realexec.calibration.steady.Gate`), it starts in the machine's usual state
+    and is taken again if a slow spell began during it."""
     import gc
 
     import realexec
@@ -80,12 +83,16 @@ def run_one(sc, params, workers=None, mode="async", max_inflight=None, warmup=Fa
     if not warmup:
         return once().from_first_event()
     once(warmup_params or params)
-    gc.collect()
-    gc.disable()
-    try:
-        return once().from_first_event()
-    finally:
-        gc.enable()
+
+    def measured():
+        gc.collect()
+        gc.disable()
+        try:
+            return once().from_first_event()
+        finally:
+            gc.enable()
+
+    return gate.run(measured) if gate is not None else measured()
 
 
 def book_rows(sc, trace) -> str:
@@ -122,7 +129,8 @@ def compare_one(sc, profile, out: Path | None, quick: bool, workers=None, progre
             meas = None
         else:
             warm = _warmup_params(sc, profile, params, pred)
-            meas = run_one(sc, params, workers=workers, warmup=True, warmup_params=warm)
+            meas = run_one(sc, params, workers=workers, warmup=True, warmup_params=warm,
+                           gate=None if quick else _gate(profile))
     rows = [] if meas is None else [r for r in compare(pred, meas)
                                     if r.name not in sc.measured_only]
     if out is not None:
@@ -134,6 +142,16 @@ def compare_one(sc, profile, out: Path | None, quick: bool, workers=None, progre
         if draw:
             draw_one(sc, profile, pred, meas, out, formats)
     return rows, pred, meas
+
+
+def _gate(profile):
+    """A measured run in the state of the machine that `profile` was calibrated on: its fastest
+    speed probe, or the fastest seen while measuring (a preset's profile). Patient for about
+    ten seconds: this kind of machine's slow spells last 10-20 s (`realexec.calibration.steady`)."""
+    from realexec.calibration.steady import Gate
+
+    probes = profile.meta.get("measurements", {}).get("speed_probe")
+    return Gate(min(probes) if probes else None, patience=30)
 
 
 def draw_one(sc, profile, pred, meas, out: Path, formats=("png", "svg")) -> list[Path]:

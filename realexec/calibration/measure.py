@@ -21,7 +21,7 @@ from realexec.calibration import aftergemm, caches, frees, issuing, microbench, 
 from realexec.calibration import gil as microbench_gil
 from realexec.calibration import host as microbench_host
 from realexec.calibration.fits import FITTED, ROW
-from realexec.calibration.steady import busy, speed_probe
+from realexec.calibration.steady import Gate, busy, speed_probe
 from realexec.sessions import session
 
 
@@ -156,6 +156,10 @@ def kernels(nd, settings, ctx=None) -> list[tuple]:
     ]
 
 
+def _at_once(fn, *args, **kwargs):
+    return fn(*args, **kwargs)
+
+
 def _measure(workers: int, settings: Settings, progress: bool) -> dict:
     """Run every microbenchmark; everything measured (raw numbers, fitted by `_profile`)."""
     from tqdm.auto import tqdm
@@ -168,67 +172,75 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
     busy(1.0 if s.spread else 0.0)
     # the machine's speed while calibrating, for a measurement to compare its own against
     probes = [speed_probe()]
+    # each step in the machine's usual state, not in a slow spell; not for a quick calibration
+    # (tiny sizes, no spread: the tests' and `--quick`'s), which prices nothing for real
+    gate = Gate() if s.spread else None
+    step = gate.run if gate else _at_once
     if s.llc_elements:
         bar.set_postfix_str("last-level cache")
-        raw["caches"] = caches.sweep(s.llc_elements, s.llc_buffers, *s.llc_repeats)
+        raw["caches"] = step(caches.sweep, s.llc_elements, s.llc_buffers, *s.llc_repeats)
     bar.set_postfix_str("fresh engines")
-    raw["fresh"] = microbench_host.fresh(workers, s.blocker_sizes, s.fresh_rounds,
-                                         pause=s.spread / 4)
+    raw["fresh"] = step(microbench_host.fresh, workers, s.blocker_sizes, s.fresh_rounds,
+                        pause=s.spread / 4)
     bar.update()
     with session(workers=workers) as nd:
         bench = microbench._Bench(nd, workers)
         bar.set_postfix_str("frontend")
-        front = microbench.frontend(bench, s.issue_ops, s.loops, s.spread)
+        front = step(microbench.frontend, bench, s.issue_ops, s.loops, s.spread)
         raw["issue"], raw["free"] = front["issue"], front["free"]
         bar.update()
         bar.set_postfix_str("round trip")
-        trip = microbench.roundtrip(bench, s.roundtrips, s.loops, s.spread / 2)
-        raw["roundtrip"] = trip
-        raw["t3_after_sleep"] = microbench.long_wake(bench, s.loops)
+        raw["roundtrip"] = step(microbench.roundtrip, bench, s.roundtrips, s.loops, s.spread / 2)
+        raw["t3_after_sleep"] = step(microbench.long_wake, bench, s.loops)
         bar.update()
         bar.set_postfix_str("blockers")
-        raw["blockers"] = microbench.blockers(bench, s.blocker_sizes, s.repeats)
+        raw["blockers"] = step(microbench.blockers, bench, s.blocker_sizes, s.repeats)
         bar.update()
         bar.set_postfix_str("worker overhead")
-        raw["worker"] = microbench.worker_overhead(bench, s.issue_ops, s.loops, s.spread / 2)
+        raw["worker"] = step(microbench.worker_overhead, bench, s.issue_ops, s.loops,
+                             s.spread / 2)
         bar.update()
-        raw["wake"] = microbench_host.wake(s.roundtrips, bursts=s.loops, pause=s.spread / 2)
-        raw["handover"] = microbench_gil.handover(s.roundtrips // 2)
+        raw["wake"] = step(microbench_host.wake, s.roundtrips, bursts=s.loops,
+                           pause=s.spread / 2)
+        raw["handover"] = step(microbench_gil.handover, s.roundtrips // 2)
         bar.set_postfix_str("blocked frontend")
-        raw["blocked"] = microbench_host.blocked(bench, s.issue_ops, s.loops, s.recheck_size,
-                                                 s.spread / 2)
+        raw["blocked"] = step(microbench_host.blocked, bench, s.issue_ops, s.loops,
+                              s.recheck_size, s.spread / 2)
         bar.update()
         fits = raw["kernels"] = {}
         for name, logged, make, sizes in kernels(nd, s):
             bar.set_postfix_str(name)
-            times = microbench.kernel_times(bench, make, sizes, s.repeats, logged,
-                                            s.sweeps, s.spread)
+            times = step(microbench.kernel_times, bench, make, sizes, s.repeats, logged,
+                         s.sweeps, s.spread)
             fits[name] = {"sizes": list(sizes), "seconds": times}
             bar.update()
         bar.set_postfix_str("training ops")
         calls = training.cases(nd, s.op_sizes, s.conv_shapes, s.dot_shapes, s.layer_products)
-        raw["ops"] = training.kernel_times(bench, calls, s.repeats, s.sweeps, s.spread)
+        raw["ops"] = step(training.kernel_times, bench, calls, s.repeats, s.sweeps, s.spread)
         del calls
-        raw["graph_step"] = training.graph_step(bench, s.graph_repeats)
-        raw["op_issue"] = issuing.issue_times(bench, max(1, s.issue_ops // 3), s.loops,
-                                              s.spread / 4)
-        raw["phases"] = issuing.phase_times(bench, max(1, s.issue_ops // 15), s.loops,
-                                            s.spread / 4)
-        raw["recording"] = issuing.recording_overhead(bench, max(1, s.issue_ops // 3),
-                                                      max(1, s.loops // 3), s.spread / 4)
-        raw["mixed"] = issuing.mixed_issue(bench, s.issue_ops, max(1, s.loops // 2),
-                                           s.spread / 4)
-        raw["reclaim"] = frees.reclaim(bench, s.issue_ops, s.loops, s.spread / 4)
-        raw["after_gemm"] = aftergemm.after_gemm(bench, 4 * s.repeats)
+        raw["graph_step"] = step(training.graph_step, bench, s.graph_repeats)
+        raw["op_issue"] = step(issuing.issue_times, bench, max(1, s.issue_ops // 3), s.loops,
+                               s.spread / 4)
+        raw["phases"] = step(issuing.phase_times, bench, max(1, s.issue_ops // 15), s.loops,
+                             s.spread / 4)
+        raw["recording"] = step(issuing.recording_overhead, bench, max(1, s.issue_ops // 3),
+                                max(1, s.loops // 3), s.spread / 4)
+        raw["mixed"] = step(issuing.mixed_issue, bench, s.issue_ops, max(1, s.loops // 2),
+                            s.spread / 4)
+        raw["reclaim"] = step(frees.reclaim, bench, s.issue_ops, s.loops, s.spread / 4)
+        raw["after_gemm"] = step(aftergemm.after_gemm, bench, 4 * s.repeats)
         bar.update()
         bar.set_postfix_str("round trip")
-        raw["roundtrip_late"] = microbench.roundtrip(bench, s.roundtrips, s.loops, s.spread / 2)
-        late = microbench.frontend(bench, s.issue_ops, s.loops, s.spread)
+        raw["roundtrip_late"] = step(microbench.roundtrip, bench, s.roundtrips, s.loops,
+                                     s.spread / 2)
+        late = step(microbench.frontend, bench, s.issue_ops, s.loops, s.spread)
         raw["issue_late"], raw["free_late"] = late["issue"], late["free"]
         bar.update()
         bar.set_postfix_str("concurrency")
-        raw["concurrency"] = _concurrency(bench, s) if workers > 1 else {}
+        raw["concurrency"] = step(_concurrency, bench, s) if workers > 1 else {}
         bar.update()
+    if gate:
+        raw["gate"] = gate.summary()
     probes.append(speed_probe())
     raw["speed_probe"] = probes
     bar.close()
