@@ -86,21 +86,40 @@ class WakeQueue:
         self.items: deque = deque()
         self.sleepers: deque = deque()
         self.wakes = 0
+        self.keeper = False  # a compiled worker is completing an op (`Host._compiled`)
 
     def put(self, item) -> None:
         self.items.append(item)
+        if self.keeper:
+            # the first op that a compiled worker's completion makes ready is its own next: it
+            # loops back to the queue at once, long before a sleeper it wakes is running (a
+            # training loop's relus ran on the worker of the product before them 250 times in
+            # 255 on the 2-core Intel VM). The engine wakes a sleeper all the same when no
+            # worker spins (`realexec.engine.table._enqueue`): it finds nothing, and spins
+            # `idle_spin` before it sleeps again
+            self.keeper = False
+            if self.sleepers and not self._spinning():
+                self.wakes += 1
+                event, _ = self.sleepers.popleft()
+                self.sleepers.append((event, self.env.now))
+            return
         if self.sleepers:
             # a worker still spinning takes it (the latest to fall idle); else the longest asleep
             # wakes (a futex wakes in order). The engine wakes none while one spins: a push that
             # woke the sleeper anyway made every op of a small-op loop pay a wake-up
             event, since = self.sleepers[-1]
-            spinning = self.idle_spin > 0 and self.env.now - since < self.idle_spin
+            spinning = self._spinning()
             if spinning:
                 self.sleepers.pop()
             else:
                 event, since = self.sleepers.popleft()
                 self.wakes += 1
             event.succeed(spinning)
+
+
+    def _spinning(self) -> bool:
+        """The latest worker to fall idle is still spinning."""
+        return self.idle_spin > 0 and self.env.now - self.sleepers[-1][1] < self.idle_spin
 
 
 class Cores:
@@ -294,7 +313,9 @@ class Host:
             if sync and hold:  # NaiveEngine: the issuing call returns after the completion
                 yield timeout(hold)
             wakes = self.wakes
+            self.queue.keeper = self.native  # back in the compiled loop, as after `_compiled`
             released = finish(position, op)
+            self.queue.keeper = False
             after = released * self.release + (0.0 if sync else hold)
             after += (self.wakes - wakes) * self.wake  # idle workers handed what it made ready
             if self.recheck and self.frontend_blocked():
@@ -333,7 +354,9 @@ class Host:
         if self.after_gemm:
             self._ended(lane, position)
         wakes = self.wakes
+        self.queue.keeper = True
         model._finish(position, op)
+        self.queue.keeper = False
         after = (self.wakes - wakes) * self.wake
         if after:
             yield env.timeout(after)
