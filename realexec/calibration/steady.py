@@ -89,17 +89,19 @@ LOOK_PAUSE = 0.25  # seconds of busy cores between two looks of a `Gate` that wa
 class Gate:
     """Measure in the machine's usual state, not in its slow spells.
 
-    The 2-core Intel VM runs in one of two states: its usual speed, and spells of 10-20 s, a
-    few a quarter of an hour, in which everything runs 1.5x slower (`speed_probe` 7.5-8.3 ms
-    against 12-13 ms, a pure-Python loop and the engine's push alike; 78 looks over 4 minutes,
-    and a look every half second for 150 s). A calibration that met a spell priced the
-    frontend's issue at 7.9 us an op where the next one, 50 minutes later, said 5.4; a scenario
-    measured in one came out a third slower than its prediction. Averaging over such spells does
-    not converge in seconds of measuring, so calibration and benchmarks/accuracy.py take each
-    step in the usual state: `wait` until a probe is within `SLOW` of the fastest seen (the
-    cores kept busy meanwhile, at most `patience` looks), run, and `holds` looks again after;
-    `run` takes a step again (up to `retries` times) when the look after says a spell began.
-    The spells met are counted (`slow`, `waited`) and reported, not hidden.
+    The 2-core Intel VM runs at its usual speed with spells in which `speed_probe` takes about
+    1.5x as long: from a single look to a minute, some hours none (`python
+    benchmarks/spells.py` looks every half second and prints them). A calibration step or a
+    measured run that met one prices or measures another machine, and averaging over spells
+    does not converge in the seconds a step takes. So calibration
+    (`realexec.calibration.measure`) and benchmarks/accuracy.py take each step in the usual
+    state: `wait` until a probe is within `SLOW` of the fastest seen (the cores kept busy
+    meanwhile, at most `patience` looks), run, and `holds` looks again after; `run` takes a
+    step again (up to `retries` times) when the look after it says a spell began. The spells
+    met are counted (`slow`, `waited`) and printed, not hidden. Drifts that stay under `SLOW`
+    are not its business (a 1024x512x2048 product 14% slower a quarter of an hour after its
+    calibration, the probe within 4%: `python benchmarks/breakdown.py memory_barrier` prints
+    the products' rates).
 
     `reference`: the probe's seconds in the usual state (a calibration's fastest probe), or None
     to learn it from the looks; `probe` is `speed_probe` (tests give their own)."""
