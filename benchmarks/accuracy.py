@@ -98,11 +98,10 @@ def measure(scenario, workers: int, params: dict, repeat: int = 3, gate: Gate | 
     to second (`realexec.calibration.steady`), and runs taken back to back catch one moment.
     Each run starts in the machine's usual state and is taken again (at most RETAKES times) when
     `gate` finds a slow spell right after it (`realexec.calibration.steady.Gate`; default: one
-    that learns the usual state from its own looks). Returns the
-    run whose total is nearest the runs' central total (a trimmed mean), its clock started at
-    the workload's first event (realexec's clock starts when the engine is made, before the
-    session sets BLAS's threads), the spread of the totals ((longest - shortest) / central),
-    and the runs taken again."""
+    that learns the usual state from its own looks). Returns the run whose total is nearest the
+    runs' central total (a trimmed mean), its clock started at the workload's first event
+    (realexec's clock starts when the engine is made, before the session sets BLAS's threads),
+    the spread of the totals ((longest - shortest) / central), and the runs taken again."""
     traces, retaken = [], 0
     gate = gate or Gate()
     with contextlib.redirect_stdout(io.StringIO()), gc_paused():

@@ -147,7 +147,7 @@ def compare_one(sc, profile, out: Path | None, quick: bool, workers=None, progre
 def _gate(profile):
     """A measured run in the state of the machine that `profile` was calibrated on: its fastest
     speed probe, or the fastest seen while measuring (a preset's profile). Patient for about
-    ten seconds: this kind of machine's slow spells last 10-20 s (`realexec.calibration.steady`)."""
+    ten seconds, then it measures the machine as it is: a teacher's one command must end."""
     from realexec.calibration.steady import Gate
 
     probes = profile.meta.get("measurements", {}).get("speed_probe")

@@ -116,7 +116,6 @@ class WakeQueue:
                 self.wakes += 1
             event.succeed(spinning)
 
-
     def _spinning(self) -> bool:
         """The latest worker to fall idle is still spinning."""
         return self.idle_spin > 0 and self.env.now - self.sleepers[-1][1] < self.idle_spin
