@@ -10,6 +10,11 @@
    then `+ 1.0` and a relu; their times against the same after a `* 1.0` and the same gap. The
    model stretches the streaming ops that start within `asyncsim.model.host.AFTER_GEMM_S` of a
    product on their worker.
+3. A dense layer's chains, in turn: the product, then `+ b` (a bias over the rows) and relu in
+   either order, or the calibration's relu, `+ 1.0`, relu, `+ 1.0`, or `+ b`, relu, relu; each
+   op's median exec time by its place in its chain: where the same op runs slower than
+   elsewhere, which `after_gemm` (one factor behind every product) does not describe
+   (`notes/ACCURACY.md`).
 The chains without a product run first, after a pause (`aftergemm.PAUSE_S`) that puts every
 product before out of reach (`aftergemm.followers`, which calibration runs too).
 
@@ -38,6 +43,27 @@ from realexec.frontend import machine
 
 GAPS = (0.0, 0.002, 0.01, 0.05)
 CHAINS = 20
+LAYER_CHAINS = {"calibration's": ("relu", "+1", "relu", "+1"), "bias, relu": ("+b", "relu"),
+                "relu, bias": ("relu", "+b"), "bias, relu, relu": ("+b", "relu", "relu")}
+
+
+def layer_chains(nd, bench, rounds: int) -> dict:
+    """(chain, place) -> exec seconds of that op, over `rounds` x CHAINS turns of every chain."""
+    x, w, _ = arrays(nd)
+    b = nd.zeros((COLS,))
+    nd.waitall()
+    times: dict = {}
+    for _ in range(rounds * CHAINS):
+        for label, ops in LAYER_CHAINS.items():
+            since = bench.mark()
+            h = nd.dot(x, w, transpose_b=True)
+            for op in ops:
+                h = nd.relu(h) if op == "relu" else h + (1.0 if op == "+1" else b)
+            h.wait_to_read()
+            spans = [b_ - a for _, nm, a, b_ in bench.spans(since, "exec") if nm != "dot"]
+            for place, seconds in enumerate(spans):
+                times.setdefault((label, place), []).append(seconds)
+    return times
 
 
 def main() -> None:
@@ -65,6 +91,7 @@ def main() -> None:
                     lasting.setdefault((gap, name), []).append(
                         statistics.median(r[i] for r in after)
                         / statistics.median(r[i] for r in alone))
+        layers = layer_chains(nd, bench, args.rounds)
     print(f"\n1. the followers behind a {ROWS}x{INNER}x{COLS} product against behind a * 1.0 "
           f"(median over {args.rounds} rounds, range)")
     for i, name in enumerate(FOLLOWERS):
@@ -78,6 +105,11 @@ def main() -> None:
         print(f"   {gap * 1e3:4.0f} ms   " + "   ".join(
             f"{name} {statistics.median(lasting[(gap, name)]):.2f}x" for name in
             ("add_scalar", "relu")))
+    print("\n3. a dense layer's chains in turn behind the product: each op's median ms by place")
+    for label, ops in LAYER_CHAINS.items():
+        print(f"   {label:<17s} " + "   ".join(
+            f"{op} {statistics.median(layers[(label, k)]) * 1e3:.3f}"
+            for k, op in enumerate(ops)))
 
 
 if __name__ == "__main__":
