@@ -5,8 +5,9 @@
 Predicts the scenario with this machine's calibrated profile (`realexec.calibrate`, cached) at
 `benchmarks/accuracy.py`'s sizes, measures it as that script does (a warm-up, then the run
 nearest the central total of three), and prints per op name the count and summed exec seconds of
-each, the frontend's issue and wait spans beside them, then for `dot` the speed (GFLOP/s) of each
-distinct product (by its flops and transposes), predicted and measured. Reading aid for the
+each, the frontend's issue and wait spans beside them, how many streaming ops ran on the worker of
+the product before them, then for `dot` the speed (GFLOP/s) of each distinct product (by its
+flops and transposes), predicted and measured. Reading aid for the
 accuracy table, not a target: one run, on a machine whose speed moves.
 """
 
@@ -22,6 +23,8 @@ import accuracy
 
 import asyncsim
 from asyncsim.lab import scenarios
+from asyncsim.model.host import AFTER, GEMM, STREAMING
+from asyncsim.nd.ops import OPS
 from realexec.calibration.calibrate import calibrate
 
 
@@ -49,6 +52,23 @@ def products(program, pred, meas) -> dict:
     return out
 
 
+def same_worker(trace) -> tuple[int, int]:
+    """(on the worker of the product or convolution that ended last before them, all): the
+    streaming ops (`asyncsim.model.host`'s groups) that start after some product ended; the
+    engine's worker takes what its completion releases, and `Profile.after_gemm` counts per
+    worker."""
+    last = None  # (end, lane) of the latest product to end so far, in start order
+    same = total = 0
+    for s in sorted(trace.spans_of(kind="exec"), key=lambda s: s.start):
+        part = AFTER.get(OPS[s.name].group, 0) if s.name in OPS else 0
+        if part == STREAMING and last is not None and last[0] <= s.start:
+            total += 1
+            same += s.lane == last[1]
+        if part == GEMM and (last is None or s.end > last[0]):
+            last = (s.end, s.lane)
+    return same, total
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenario", choices=scenarios.names("cpu"))
@@ -70,6 +90,9 @@ def main() -> None:
     for key in sorted(set(p) | set(m), key=lambda k: -m.get(k, (0, 0.0))[1])[:args.top]:
         (np_, sp), (nm, sm) = p.get(key, (0, 0.0)), m.get(key, (0, 0.0))
         print(f"{key[0]:8s} {str(key[1]):24s} {np_:7d} {nm:7d} {sp * 1e3:9.2f} {sm * 1e3:9.2f}")
+    (ps, pt), (ms, mt) = same_worker(pred), same_worker(meas)
+    print(f"\nstreaming ops on the worker of the product before them: predicted {ps} of {pt}, "
+          f"measured {ms} of {mt}")
     dots = products(program, pred, meas)
     if dots:
         print(f"\n{'dot (MFLOP, transposed)':34s} {'n':>4s} {'pred GFLOP/s':>13s} "

@@ -6,14 +6,23 @@ collection time, before any test module imports realexec. Tests that need real h
 `gpu` marker and are skipped without it; tests that need two devices carry `two_gpus` (the
 simulator offers two virtual ones; a real machine may have one), and tests of the simulator's own
 messages carry `simulator`.
+
+The Ctrl-C tests send SIGINT to this process and to child processes. A process started in the
+background by a non-interactive shell inherits SIGINT ignored, and Python then leaves it ignored:
+those tests would wait for a KeyboardInterrupt that never comes. So Python's own handler is put
+back here (children then start with SIGINT at its default, and install theirs).
 """
 
 import os
+import signal
 
 import pytest
 
 if os.environ.get("ASYNCSIM_REAL_GPU") != "1":
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REAL_GPU = os.environ.get("NUMBA_ENABLE_CUDASIM") != "1"
 

@@ -71,7 +71,7 @@ from asyncsim.nd.trace import Span
 
 AFTER_GEMM_S = 0.02  # how long a product or convolution slows the streaming ops after it
 GEMM, STREAMING = 1, 2  # an op's part in that (`Host.after`)
-_AFTER = {"dot": GEMM, "conv": GEMM, "elementwise": STREAMING, "reduce": STREAMING,
+AFTER = {"dot": GEMM, "conv": GEMM, "elementwise": STREAMING, "reduce": STREAMING,
           "copy": STREAMING, "nn": STREAMING}
 
 
@@ -195,7 +195,7 @@ class Host:
             self.compiled.append(False)
             self.after.append(0)
             return
-        self.after.append(_AFTER.get(OPS[op.name].group, 0))
+        self.after.append(AFTER.get(OPS[op.name].group, 0))
         by_bytes = cost.bytes_time(op.nbytes) if op.nbytes else 0.0
         by_flops = op.flops / cost.peak if op.flops else 0.0
         if cost.crowd and not by_bytes:  # priced by flops alone (a convolution geometry): that
