@@ -19,7 +19,8 @@ and run on the real engine, side by side.
    taken again (`realexec.calibration.steady.Gate`; the count is printed);
 3. the summary: the error of the total time per scenario, their median and maximum (absolute),
    and the error of the peak memory; beside each, the machine's speed around its runs against
-   its speed while calibrating (`realexec.calibration.steady.speed_probe`, taken by both): a
+   its speed while calibrating (`realexec.calibration.steady.speed_probe`, taken by both, and
+   `product_probe` for BLAS's products, which drift apart): a
    virtual machine's speed moves for minutes at a time, which no profile can know (reported,
    never used by the prediction);
 4. with `--collections N`, steps 1-3 N times, each calibrating again, and each scenario's error
@@ -50,7 +51,7 @@ from asyncsim.lab import scenarios
 from asyncsim.lab.compare import compare, table
 from realexec import run
 from realexec.calibration.calibrate import BackgroundLoad, calibrate
-from realexec.calibration.steady import Gate, busy, central, speed_probe
+from realexec.calibration.steady import Gate, busy, central, product_probe, speed_probe
 from realexec.frontend import machine
 
 NO_NUMPY = dict(numpy_part=False)
@@ -170,7 +171,7 @@ def main() -> None:
 def collect(args, force: bool) -> list:
     """Calibrate (or load the cached profile), then predict and measure every scenario; print
     each table and the summary. [(name, total row, peak row or None, others, spread, speed,
-    runs retaken)]."""
+    runs retaken, blas speed)]."""
     start = time.perf_counter()
     profile = calibrate(workers=args.workers, force=force, progress=sys.stderr.isatty())
     workers = profile.workers
@@ -190,6 +191,8 @@ def collect(args, force: bool) -> list:
     measured = profile.meta.get("measurements", {})
     probes = measured.get("speed_probe")
     reference = statistics.mean(probes) if probes else None  # None: calibrated before it
+    products = measured.get("product_probe")
+    blas_reference = statistics.mean(products) if products else None
     spells = measured.get("gate")
     if spells:
         print(f"  calibration met {spells['slow']} slow spell(s) after a step (taken again) and "
@@ -209,9 +212,10 @@ def collect(args, force: bool) -> list:
             wait_for_quiet()
             busy(1.0)  # cores that idled run slower for seconds (realexec.calibration.steady)
             load = BackgroundLoad()
-            before = speed_probe()
+            before, blas_before = speed_probe(), product_probe()
             meas, spread, retaken = measure(scenario, workers, params, args.repeat, gate)
             now = 0.5 * (before + speed_probe())
+            blas_now = 0.5 * (blas_before + product_probe())
             others = load.cores()
             if others < LOAD:
                 break
@@ -224,22 +228,24 @@ def collect(args, force: bool) -> list:
         total = next(r for r in rows if r.name == "total")
         peak = next((r for r in rows if r.name == "peak cpu"), None)
         speed = reference / now if reference else float("nan")
-        summary.append((name, total, peak, others, spread, speed, retaken))
+        blas = blas_reference / blas_now if blas_reference else float("nan")
+        summary.append((name, total, peak, others, spread, speed, retaken, blas))
         sys.stdout.flush()
 
     print()
     print(f"{'scenario':<26s} {'predicted':>11s} {'measured':>11s} {'total err':>10s} "
-          f"{'spread':>7s} {'peak err':>9s} {'others':>7s} {'speed':>6s} {'retaken':>7s}")
-    for name, total, peak, others, spread, speed, retaken in summary:
+          f"{'spread':>7s} {'peak err':>9s} {'others':>7s} {'speed':>6s} {'blas':>5s} "
+          f"{'retaken':>7s}")
+    for name, total, peak, others, spread, speed, retaken, blas in summary:
         peak_err = f"{peak.error:+9.1%}" if peak is not None else "      n/a"
         print(f"{name:<26s} {total.predicted * 1e3:9.2f}ms {total.measured * 1e3:9.2f}ms "
               f"{total.error:+10.1%} {spread:7.1%} {peak_err} {others:7.2f} {speed:6.2f} "
-              f"{retaken:7d}")
+              f"{blas:5.2f} {retaken:7d}")
     print("(spread: (longest - shortest) / central total of the measured runs; others: cores "
           "that other processes kept busy during them; speed: the machine's speed around the "
           "runs against while calibrating, from `speed_probe` (0.90: 10% slower), which the "
-          "prediction does not use; retaken: runs taken again because a slow spell began "
-          "during them)")
+          "prediction does not use; blas: the same for a product, from `product_probe`; "
+          "retaken: runs taken again because a slow spell began during them)")
     errors = [abs(total.error) for _, total, *_ in summary]
     peaks = [abs(peak.error) for _, _, peak, *_ in summary if peak is not None]
     print(f"\ntotal time: median |error| {statistics.median(errors):.1%} (target <= 10%), "
@@ -270,16 +276,17 @@ def summarise_collections(collections: list) -> None:
     names = [name for name, *_ in collections[0]]
     print(f"\n=== over {len(collections)} collections (each calibrated and measured anew) ===")
     print(f"{'scenario':<26s} {'median err':>10s}   errors of the collections (the machine's "
-          f"speed against while calibrating)")
+          f"speed / a product's speed, against while calibrating)")
     medians, peaks = [], []
     for i, name in enumerate(names):
         errors = [c[i][1].error for c in collections]
         middle = statistics.median(errors)
         medians.append(abs(middle))
         peaks += [c[i][2] for c in collections if c[i][2] is not None]
-        speeds = [c[i][5] for c in collections]
+        speeds = [(c[i][5], c[i][7]) for c in collections]
         print(f"{name:<26s} {middle:+10.1%}   "
-              + " ".join(f"{e:+7.1%} ({v:.2f})" for e, v in zip(errors, speeds, strict=True)))
+              + " ".join(f"{e:+7.1%} ({v:.2f}/{b:.2f})"
+                         for e, (v, b) in zip(errors, speeds, strict=True)))
     print(f"\ntotal time, each scenario's median error over the collections: median "
           f"{statistics.median(medians):.1%} (target <= 10%), max {max(medians):.1%} "
           f"(target <= 25%)")

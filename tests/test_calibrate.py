@@ -347,8 +347,8 @@ def test_quick_profile_has_the_host_values_and_refits_to_itself(quick_profile):
 
 def test_quick_profile_keeps_the_mixing_and_the_speed_of_its_moment(quick_profile):
     """`mix` is the fit of the mixed-issue ratios it keeps (two, five and ten kinds), and the
-    speed probe was taken as calibration began and as it ended (benchmarks/accuracy.py compares
-    its own against them)."""
+    speed and product probes were taken as calibration began and as it ended
+    (benchmarks/accuracy.py compares its own against them)."""
     from realexec.calibration.issuing import fit_mix
 
     raw = quick_profile.meta["measurements"]
@@ -356,3 +356,5 @@ def test_quick_profile_keeps_the_mixing_and_the_speed_of_its_moment(quick_profil
     assert all(r > 0 for r in raw["mixed"]["ratios"].values())
     assert quick_profile.mix == fit_mix(raw["mixed"]["ratios"]) >= 0.0
     assert len(raw["speed_probe"]) == 2 and all(0.0 < s < 1.0 for s in raw["speed_probe"])
+    # and the product probe (BLAS's speed, which drifts apart from the other probe's)
+    assert len(raw["product_probe"]) == 2 and all(0.0 < s < 1.0 for s in raw["product_probe"])

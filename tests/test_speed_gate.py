@@ -109,3 +109,16 @@ def test_without_a_reference_the_fastest_look_is_the_usual_state():
     assert gate.look() == 1.0  # the only speed seen so far
     assert gate.look() == 1.0 and gate.fastest == USUAL
     assert gate.look() == SPELL / USUAL > SLOW
+
+
+def test_the_product_probe_grows_with_the_product_and_leaves_the_blas_limit_as_it_was():
+    """`product_probe` times its product on one BLAS thread and gives the process its BLAS
+    threads back; a larger product takes longer."""
+    import threadpoolctl
+
+    before = [p["num_threads"] for p in threadpoolctl.threadpool_info()
+              if p["user_api"] == "blas"]
+    small, large = steady.product_probe(3, 64), steady.product_probe(3, 256)
+    assert 0.0 < small < large
+    after = [p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
+    assert after == before

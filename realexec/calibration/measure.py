@@ -21,7 +21,7 @@ from realexec.calibration import aftergemm, caches, frees, issuing, microbench, 
 from realexec.calibration import gil as microbench_gil
 from realexec.calibration import host as microbench_host
 from realexec.calibration.fits import FITTED, ROW
-from realexec.calibration.steady import Gate, busy, speed_probe
+from realexec.calibration.steady import Gate, busy, product_probe, speed_probe
 from realexec.sessions import session
 
 
@@ -171,7 +171,7 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
     # (realexec.calibration.steady)
     busy(1.0 if s.spread else 0.0)
     # the machine's speed while calibrating, for a measurement to compare its own against
-    probes = [speed_probe()]
+    probes, products = [speed_probe()], [product_probe()]
     # each step in the machine's usual state, not in a slow spell; not for a quick calibration
     # (tiny sizes, no spread: the tests' and `--quick`'s), which prices nothing for real
     gate = Gate() if s.spread else None
@@ -242,7 +242,8 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
     if gate:
         raw["gate"] = gate.summary()
     probes.append(speed_probe())
-    raw["speed_probe"] = probes
+    products.append(product_probe())
+    raw["speed_probe"], raw["product_probe"] = probes, products
     bar.close()
     return raw
 

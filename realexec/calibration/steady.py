@@ -1,7 +1,7 @@
 """Measuring on a machine whose speed moves: pauses that keep the cores at work (`busy`), the
 summary of rounds spread over seconds (`central`), a probe of the machine's speed of the moment
-(`speed_probe`), and a `Gate` that keeps measurements out of the machine's slow spells, for
-`realexec.calibration` and benchmarks/accuracy.py.
+(`speed_probe`, and `product_probe` for BLAS), and a `Gate` that keeps measurements out of the
+machine's slow spells, for `realexec.calibration` and benchmarks/accuracy.py.
 
 A virtual machine's cores run slower for seconds after they idle. Measured on the 2-core VM
 here: the same Python loop took 250-300 us instead of 140 us in about half of the samples taken
@@ -79,6 +79,26 @@ def speed_probe(rounds: int = 7) -> float:
         sample((), noise, attrs)
         add((x, x), out, {})
         times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def product_probe(rounds: int = 7, side: int = 512) -> float:
+    """Seconds of a `side`-cubed float32 product on one BLAS thread, the median of `rounds`: what
+    `speed_probe` does not see. Products drift apart from the sampler and the add: on the 2-core
+    Intel VM a 1024x512x2048 product ran 14-20% slower a quarter of an hour after its
+    calibration while `speed_probe` stayed within 4% (`python benchmarks/breakdown.py
+    memory_barrier`). Like `speed_probe`, it prices nothing."""
+    import threadpoolctl
+
+    a = np.random.default_rng(0).random((side, side), dtype=np.float32)
+    out = np.empty_like(a)
+    times = []
+    with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):
+        np.dot(a, a, out=out)
+        for _ in range(rounds):
+            start = time.perf_counter()
+            np.dot(a, a, out=out)
+            times.append(time.perf_counter() - start)
     return float(np.median(times))
 
 
