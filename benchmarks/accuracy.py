@@ -197,9 +197,7 @@ def collect(args, force: bool) -> list:
     if spells:
         print(f"  calibration met {spells['slow']} slow spell(s) after a step (taken again) and "
               f"waited {spells['waited']} look(s) for one to end before a step")
-    # runs in the state the calibration saw: its fastest probe (or, before probes, the
-    # fastest seen while measuring)
-    gate = Gate(min(probes) if probes else None)
+    gate = Gate.of(profile)  # runs in the state the calibration saw
     sizes = QUICK_SIZES if args.quick else SIZES
     names = args.only or scenarios.names("cpu")
     summary = []

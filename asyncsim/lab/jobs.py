@@ -145,13 +145,12 @@ def compare_one(sc, profile, out: Path | None, quick: bool, workers=None, progre
 
 
 def _gate(profile):
-    """A measured run in the state of the machine that `profile` was calibrated on: its fastest
-    speed probe, or the fastest seen while measuring (a preset's profile). Patient for about
-    ten seconds, then it measures the machine as it is: a teacher's one command must end."""
+    """A measured run in the state of the machine that `profile` was calibrated on (`Gate.of`).
+    Patient for about ten seconds, then it measures the machine as it is: a teacher's one
+    command must end."""
     from realexec.calibration.steady import Gate
 
-    probes = profile.meta.get("measurements", {}).get("speed_probe")
-    return Gate(min(probes) if probes else None, patience=30)
+    return Gate.of(profile, patience=30)
 
 
 def draw_one(sc, profile, pred, meas, out: Path, formats=("png", "svg")) -> list[Path]:

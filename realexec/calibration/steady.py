@@ -71,15 +71,12 @@ def speed_probe(rounds: int = 7) -> float:
     attrs = {"low": 0.0, "high": 1.0, "seed": 0}
     noise = np.empty(1 << 20, dtype=np.float32)
     x, out = np.ones(1 << 21, dtype=np.float32), np.empty(1 << 21, dtype=np.float32)
-    sample((), noise, attrs)
-    add((x, x), out, {})
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
+
+    def work():
         sample((), noise, attrs)
         add((x, x), out, {})
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+
+    return _median_seconds(work, rounds)
 
 
 def product_probe(rounds: int = 7, side: int = 512) -> float:
@@ -92,13 +89,18 @@ def product_probe(rounds: int = 7, side: int = 512) -> float:
 
     a = np.random.default_rng(0).random((side, side), dtype=np.float32)
     out = np.empty_like(a)
-    times = []
     with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):
-        np.dot(a, a, out=out)
-        for _ in range(rounds):
-            start = time.perf_counter()
-            np.dot(a, a, out=out)
-            times.append(time.perf_counter() - start)
+        return _median_seconds(lambda: np.dot(a, a, out=out), rounds)
+
+
+def _median_seconds(work, rounds: int) -> float:
+    """The median seconds of `rounds` calls of `work`, after one untimed call."""
+    work()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
     return float(np.median(times))
 
 
@@ -132,6 +134,13 @@ class Gate:
         self.patience = patience
         self.slow = 0  # looks after a step that found a slow spell (the step was taken again)
         self.waited = 0  # looks before a step that found one (the step waited, or gave up)
+
+    @classmethod
+    def of(cls, profile, patience: int = 120) -> Gate:
+        """A gate in the state of the machine `profile` was calibrated on: its fastest speed
+        probe, or, for a profile without probes (a preset), the fastest seen while looking."""
+        probes = profile.meta.get("measurements", {}).get("speed_probe")
+        return cls(min(probes) if probes else None, patience=patience)
 
     def look(self) -> float:
         """One probe, as a ratio to the fastest seen (which it may lower)."""
