@@ -4,10 +4,21 @@
 region and free (the last Python handle dropped, in program order) becomes an instruction of the
 returned `Program`. Blockers hand back zeros of the right shape (a read-only view that takes no
 memory), so a workload that inspects its results keeps running; nothing is computed.
+
+A Program is a pure function of the workload and its parameters. Two things would make it depend
+on what ran before instead, so both are ruled out:
+- the cyclic garbage collector, run whenever enough objects have been made, would free the arrays
+  held by reference cycles (a Gluon block and its parameters) at that arbitrary point; it is off
+  while the workload runs, so frees come in the order reference counting gives them, as in a
+  measured run (`asyncsim.lab.jobs` turns it off too);
+- such arrays, freed by a collection after `record` returned, would append their frees to the
+  finished Program (a prediction of one scenario then changed with the scenarios predicted before
+  it); the recorder is closed when the workload returns, and ignores them.
 """
 
 from __future__ import annotations
 
+import gc
 import inspect
 
 import numpy as np
@@ -23,6 +34,17 @@ class Recorder:
 
     def __init__(self, program: Program):
         self.program = program
+        self.closed = False  # the workload has returned: its Program is final
+
+    def close(self) -> None:
+        """End the recording: frees of handles that die later are not the Program's."""
+        self.closed = True
+
+    def _open(self) -> Program:
+        if self.closed:
+            raise RuntimeError(f"the recording of {self.program.name!r} is over: an array it made "
+                               f"was used after the workload returned")
+        return self.program
 
     def check_device(self, device: str) -> None:
         ok = device == "cpu" or (device[:3] in ("cpu", "gpu") and device[3:].isdigit())
@@ -30,13 +52,14 @@ class Recorder:
             raise ValueError(f"unknown device {device!r}: {_DEVICE_HELP}")
 
     def issue(self, op, out_var, host) -> None:
+        program = self._open()
         if out_var is not None:
-            self.program.vars[out_var.id] = out_var
-        self.program.instrs.append(op)
+            program.vars[out_var.id] = out_var
+        program.instrs.append(op)
 
     def sync(self, kind: str, var: int | None):
         assert kind in BLOCKERS, kind
-        self.program.instrs.append(Sync(kind, var))
+        self._open().instrs.append(Sync(kind, var))
         if var is None:
             return None
         v = self.program.vars[var]
@@ -45,13 +68,14 @@ class Recorder:
         return np.broadcast_to(np.zeros((), dtype=v.dtype), v.shape)
 
     def free(self, var: int) -> None:
-        self.program.instrs.append(Free(var))
+        if not self.closed:
+            self.program.instrs.append(Free(var))
 
     def note(self, kind: str) -> None:
-        self.program.instrs.append(Call(kind))
+        self._open().instrs.append(Call(kind))
 
     def mark(self, label: str, begin: bool) -> None:
-        self.program.instrs.append(Mark(label, begin))
+        self._open().instrs.append(Mark(label, begin))
 
 
 def check_workload(workload) -> str:
@@ -83,5 +107,13 @@ def record(workload, seed: int = 0, device: str = "cpu", **params) -> Program:
     name = check_workload(workload)
     check_params(workload, params)
     program = Program(name=name, params=dict(params))
-    workload(ND(Recorder(program), seed=seed, device=device), **params)
+    recorder = Recorder(program)
+    collecting = gc.isenabled()
+    gc.disable()  # see the module docstring
+    try:
+        workload(ND(recorder, seed=seed, device=device), **params)
+    finally:
+        recorder.close()
+        if collecting:
+            gc.enable()
     return program
