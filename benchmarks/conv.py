@@ -13,19 +13,28 @@ calibration times them) and 16 (as the CPU scenarios run them), with its operand
 same call repeated) and cold (a 512 MiB buffer written between calls), in GFLOP/s: what a
 kernel priced by its flops alone, warm, leaves out when its data comes from main memory.
 
+With `--frontend`, instead: each of the three kernels on the ResNet-like layer, run on another
+thread (as a worker runs it) while this one waits for it, and while this one runs Python until
+it is done (as a frontend issuing ops does), for the kernel as shipped (one compiled call, the
+GIL taken to start and to return) and as Python over its chunks (`conv.BLAS` None, the GIL taken
+back after every chunk): the second waits for the busy thread's switch interval at every chunk.
+
 Usage: python benchmarks/conv.py [--repeats 7] [--dtype float32] [--blas-threads 1] [--quick]
-                                 [--cold]
+                                 [--cold | --frontend]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
+import threading
 import time
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from realexec.cpu import conv
 from realexec.cpu.kernels import KERNELS, set_blas_threads
 from realexec.cpu.warm import warmup
 
@@ -123,6 +132,46 @@ def cold_caches(repeats: int, dtype: str) -> None:
                       f"{cold / warm:15.2f}")
 
 
+def _on_a_thread(kernel, inputs, out, attrs, busy: bool) -> float:
+    """Seconds until `kernel` run on a new thread has returned, this thread waiting in join()
+    or (`busy`) running Python meanwhile."""
+    worker = threading.Thread(target=kernel, args=(inputs, out, attrs))
+    start = time.perf_counter()
+    worker.start()
+    if busy:
+        while worker.is_alive():
+            pass  # Python, holding the GIL but for the switch interval
+    worker.join()
+    return time.perf_counter() - start
+
+
+def busy_frontend(repeats: int, dtype: str) -> None:
+    """Print each kernel's time beside a waiting and a busy frontend, compiled and chunked."""
+    rng = np.random.default_rng(0)
+    shipped = conv.BLAS
+    print(f"ResNet-like layer {SHAPES['resnet 3x3'][0]}, median of {repeats}, "
+          f"switch interval {1e3 * sys.getswitchinterval():.0f} ms")
+    print(f"{'op':<12} {'kernel':<14} {'waiting ms':>11} {'busy ms':>9} {'busy/waiting':>13}")
+    for op, name, inputs, like, attrs, _ in _cases(*SHAPES["resnet 3x3"], dtype, rng):
+        out = np.empty_like(like)
+        kernel = KERNELS[name]
+        for label, blas in (("compiled", shipped), ("python chunks", None)):
+            if label == "compiled" and blas is None:
+                continue  # numpy's BLAS cannot be called by address here
+            conv.BLAS = blas
+            try:
+                kernel(inputs, out, attrs)
+                times = {False: [], True: []}
+                for _ in range(repeats):  # alternate, so a load change hits both alike
+                    for busy in (False, True):
+                        times[busy].append(_on_a_thread(kernel, inputs, out, attrs, busy))
+            finally:
+                conv.BLAS = shipped
+            waiting, busy = (statistics.median(times[k]) for k in (False, True))
+            print(f"{op:<12} {label:<14} {waiting * 1e3:11.2f} {busy * 1e3:9.2f} "
+                  f"{busy / waiting:13.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
@@ -131,12 +180,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="LeNet shapes only, 3 repeats")
     parser.add_argument("--cold", action="store_true",
                         help="warm against cold caches on ResNet-18's 3x3 layers instead")
+    parser.add_argument("--frontend", action="store_true",
+                        help="a waiting against a busy frontend thread instead")
     args = parser.parse_args()
     repeats = 3 if args.quick else args.repeats
     set_blas_threads(args.blas_threads)
     warmup((args.dtype,))
     if args.cold:
         cold_caches(repeats, args.dtype)
+        return
+    if args.frontend:
+        busy_frontend(repeats, args.dtype)
         return
     rng = np.random.default_rng(0)
     print(f"dtype {args.dtype}, BLAS threads {args.blas_threads}, best of {repeats} "

@@ -6,9 +6,12 @@ itself for an in-place op), runs `KERNELS[name]` and compares with the float64 r
 a tolerance of the dtype. Sizes stay small; data come from a drawn seed.
 """
 
+import sys
 import threading
+import time
 import weakref
 from types import SimpleNamespace
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -70,9 +73,16 @@ def _window_attrs(geo):
 
 
 @nn_settings
-@given(geo=geometries(), features=st.integers(1, 3), dtype=DTYPES, seed=SEEDS)
-def test_convolutions_match_reference(geo, features, dtype, seed):
-    """conv2d and both its gradients equal the loop reference for any stride, pad and kernel."""
+@given(geo=geometries(), features=st.integers(1, 3), dtype=DTYPES, seed=SEEDS,
+       compiled=st.booleans())
+def test_convolutions_match_reference(geo, features, dtype, seed, compiled):
+    """conv2d and both its gradients equal the loop reference for any stride, pad and kernel,
+    run as one compiled call (BLAS by address) or as Python over the chunks."""
+    with mock.patch.object(conv, "BLAS", conv.BLAS if compiled else None):
+        _check_convolutions(geo, features, dtype, seed)
+
+
+def _check_convolutions(geo, features, dtype, seed):
     rng = np.random.default_rng(seed)
     data_shape = (geo["batch"], geo["channels"], *geo["image"])
     weight_shape = (features, geo["channels"], *geo["kernel"])
@@ -85,10 +95,13 @@ def test_convolutions_match_reference(geo, features, dtype, seed):
     assert_matches("conv2d_grad_weight", (x, g), {**attrs, "weight_shape": weight_shape})
 
 
+@pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("chunk_images", [1, 2])
-def test_convolutions_in_several_chunks(monkeypatch, chunk_images):
+def test_convolutions_in_several_chunks(monkeypatch, chunk_images, compiled):
     """A batch split into chunks of 1 or 2 images (the last one short) gives the one-chunk
     results: the weight gradient sums over the chunks."""
+    if not compiled:
+        monkeypatch.setattr(conv, "BLAS", None)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((5, 2, 6, 7))
     w = rng.standard_normal((3, 2, 3, 2))
@@ -99,6 +112,49 @@ def test_convolutions_in_several_chunks(monkeypatch, chunk_images):
     g = rng.standard_normal(y.shape)
     assert_matches("conv2d_grad_data", (g, w), {**attrs, "data_shape": x.shape})
     assert_matches("conv2d_grad_weight", (x, g), {**attrs, "weight_shape": w.shape})
+
+
+@pytest.mark.skipif(conv.BLAS is None, reason="numpy's BLAS cannot be called by address here")
+@pytest.mark.parametrize("name", ["conv2d", "conv2d_grad_data", "conv2d_grad_weight"])
+def test_a_convolution_runs_every_chunk_without_the_gil(monkeypatch, name):
+    """While this thread holds the GIL (a Python loop, no switch for 10 s), a convolution on
+    another thread still gets through every chunk: its last image's result appears. Python over
+    the chunks stopped after the first, waiting for the GIL to call the next product."""
+    monkeypatch.setattr(conv, "CHUNK_BYTES", 1)  # an image a chunk
+    rng = np.random.default_rng(2)
+    x, w = rng.standard_normal((6, 3, 8, 8)), rng.standard_normal((4, 3, 3, 3))
+    attrs = {"kernel": (3, 3), "stride": (1, 1), "pad": (1, 1)}
+    g = rng.standard_normal((6, 4, 8, 8))
+    inputs, out, attrs = {
+        "conv2d": ((x, w), np.zeros((6, 4, 8, 8)), attrs),
+        "conv2d_grad_data": ((g, w), np.zeros(x.shape), {**attrs, "data_shape": x.shape}),
+        "conv2d_grad_weight": ((x, g), np.zeros(w.shape), {**attrs, "weight_shape": w.shape}),
+    }[name]
+    # the last image's part: its output, its data gradient, the weight gradient's sum
+    last = (lambda: out[-1].any()) if name != "conv2d_grad_weight" else None
+    expected = reference(name, inputs, attrs)
+    inside = threading.Event()
+
+    def convolve():
+        inside.set()
+        KERNELS[name](inputs, out, attrs)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(10.0)
+    try:
+        thread = threading.Thread(target=convolve)
+        thread.start()
+        inside.wait()
+        deadline = time.perf_counter() + 2.0
+        done = (lambda: np.allclose(out, expected)) if last is None else last
+        while not done() and time.perf_counter() < deadline:
+            pass  # Python, holding the GIL
+        finished = done()
+    finally:
+        sys.setswitchinterval(interval)
+    thread.join()
+    assert finished
+    np.testing.assert_allclose(out, expected, rtol=1e-10, atol=1e-10)
 
 
 def test_convolutions_on_two_threads_at_once():
