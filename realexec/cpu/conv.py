@@ -128,24 +128,18 @@ def _scatter_rows(rows, n0, nb, out):
 
 # -- the kernels as one compiled call each (BLAS by address: no GIL between chunks) ----------------
 @_jit
-def _forward(x, weights, y, kh, kw, sh, sw, ph, pw, ho, wo, step, cols, rows, blas, one):
-    """y (N, F, S) = the convolution of x by weights (F, depth), `step` images a chunk."""
-    n, f, depth, span = x.shape[0], weights.shape[0], weights.shape[1], ho * wo
-    for n0 in range(0, n, step):
-        nb = min(step, n - n0)
-        width = nb * span
-        c = cols[:depth * width].reshape(depth, width)
-        _im2col(x, n0, nb, kh, kw, sh, sw, ph, pw, ho, wo, c)
-        target = y[n0] if nb == 1 else rows[:f * width].reshape(f, width)
-        gemm(blas, 0, 0, f, width, depth, one, np.int64(weights.ctypes.data), depth,
-             np.int64(c.ctypes.data), width, np.int64(target.ctypes.data), width)
-        if nb > 1:
-            _scatter_rows(target, n0, nb, y)
+def _columns(x, n0, nb, kh, kw, sh, sw, ph, pw, ho, wo, cols):
+    """im2col of images n0:n0+nb into the front of the flat buffer `cols`, as (depth, nb*S)."""
+    depth, width = x.shape[1] * kh * kw, nb * ho * wo
+    c = cols[:depth * width].reshape(depth, width)
+    _im2col(x, n0, nb, kh, kw, sh, sw, ph, pw, ho, wo, c)
+    return c
 
 
 @_jit
 def _rows_of(g3, n0, nb, rows):
-    """The output gradient of images n0:n0+nb as (F, nb*S): a view when nb is 1."""
+    """The output gradient of images n0:n0+nb as (F, nb*S): a view when nb is 1, else gathered
+    into the front of the flat buffer `rows`."""
     if nb == 1:
         return g3[n0]
     f, span = g3.shape[1], g3.shape[2]
@@ -155,13 +149,28 @@ def _rows_of(g3, n0, nb, rows):
 
 
 @_jit
+def _forward(x, weights, y, kh, kw, sh, sw, ph, pw, ho, wo, step, cols, rows, blas, one):
+    """y (N, F, S) = the convolution of x by weights (F, depth), `step` images a chunk."""
+    n, f, depth = x.shape[0], weights.shape[0], weights.shape[1]
+    for n0 in range(0, n, step):
+        nb = min(step, n - n0)
+        width = nb * ho * wo
+        c = _columns(x, n0, nb, kh, kw, sh, sw, ph, pw, ho, wo, cols)
+        target = y[n0] if nb == 1 else rows[:f * width].reshape(f, width)
+        gemm(blas, 0, 0, f, width, depth, one, np.int64(weights.ctypes.data), depth,
+             np.int64(c.ctypes.data), width, np.int64(target.ctypes.data), width)
+        if nb > 1:
+            _scatter_rows(target, n0, nb, y)
+
+
+@_jit
 def _backward_data(g3, weights, out, kh, kw, sh, sw, ph, pw, ho, wo, step, cols, rows, blas,
                    one):
     """out (N, C, H, W) = the data gradient for g3 (N, F, S): weights^T @ g, then col2im."""
-    n, f, depth, span = g3.shape[0], weights.shape[0], weights.shape[1], ho * wo
+    n, f, depth = g3.shape[0], weights.shape[0], weights.shape[1]
     for n0 in range(0, n, step):
         nb = min(step, n - n0)
-        width = nb * span
+        width = nb * ho * wo
         c = cols[:depth * width].reshape(depth, width)
         src = _rows_of(g3, n0, nb, rows)
         gemm(blas, 1, 0, depth, width, f, one, np.int64(weights.ctypes.data), depth,
@@ -173,12 +182,11 @@ def _backward_data(g3, weights, out, kh, kw, sh, sw, ph, pw, ho, wo, step, cols,
 def _backward_weight(x, g3, grad, part, kh, kw, sh, sw, ph, pw, ho, wo, step, cols, rows,
                      blas, one):
     """grad (F, depth) = the sum over chunks of g @ cols^T (`part` holds each after the first)."""
-    n, f, depth, span = x.shape[0], grad.shape[0], grad.shape[1], ho * wo
+    n, f, depth = x.shape[0], grad.shape[0], grad.shape[1]
     for n0 in range(0, n, step):
         nb = min(step, n - n0)
-        width = nb * span
-        c = cols[:depth * width].reshape(depth, width)
-        _im2col(x, n0, nb, kh, kw, sh, sw, ph, pw, ho, wo, c)
+        width = nb * ho * wo
+        c = _columns(x, n0, nb, kh, kw, sh, sw, ph, pw, ho, wo, cols)
         src = _rows_of(g3, n0, nb, rows)
         target = grad if n0 == 0 else part
         gemm(blas, 0, 1, f, depth, width, one, np.int64(src.ctypes.data), width,
@@ -187,20 +195,22 @@ def _backward_weight(x, g3, grad, part, kh, kw, sh, sw, ph, pw, ho, wo, step, co
             grad += part
 
 
-def _compiled(dtype):
-    """(BLAS address, one) for a compiled kernel of `dtype`, or None (loop in Python)."""
-    if BLAS is None or dtype not in (np.float32, np.float64):
-        return None
-    return BLAS[0 if dtype == np.float32 else 1], dtype.type(1.0)
-
-
 def _geometry(attrs):
     (kh, kw), (sh, sw), (ph, pw) = (tuple(attrs[k]) for k in ("kernel", "stride", "pad"))
     return int(kh), int(kw), int(sh), int(sw), int(ph), int(pw)
 
 
-def _chunk(images, depth, span, itemsize):
-    return max(1, min(images, CHUNK_BYTES // max(1, depth * span * itemsize)))
+def _plan(images, depth, features, span, dtype):
+    """(images per chunk, the flat columns and rows buffers a chunk needs, and the compiled
+    call's BLAS address and 1.0 of `dtype`, or None where the chunks loop in Python)."""
+    itemsize = np.dtype(dtype).itemsize
+    step = max(1, min(images, CHUNK_BYTES // max(1, depth * span * itemsize)))
+    cols = _workspace("cols", depth * step * span, dtype)
+    rows = _workspace("rows", features * step * span, dtype)
+    compiled = None
+    if BLAS is not None and dtype in (np.float32, np.float64):
+        compiled = BLAS[0 if dtype == np.float32 else 1], np.dtype(dtype).type(1.0)
+    return step, cols, rows, compiled
 
 
 def _contiguous(inputs):
@@ -210,41 +220,26 @@ def _contiguous(inputs):
 
 def _conv2d_kernel(inputs, out, attrs):
     x, w = _contiguous(inputs)
-    kh, kw, sh, sw, ph, pw = geo = _geometry(attrs)
+    geo = _geometry(attrs)
     n, f, ho, wo = out.shape
     depth, span = math.prod(w.shape[1:]), ho * wo
     if out.size == 0 or depth == 0:
         out.fill(0)
         return
-    weights = w.reshape(f, depth)
-    y = out.reshape(n, f, span)
-    step = _chunk(n, depth, span, x.itemsize)
-    compiled = _compiled(x.dtype)
+    weights, y = w.reshape(f, depth), out.reshape(n, f, span)
+    step, cols, rows, compiled = _plan(n, depth, f, span, x.dtype)
     if compiled is not None:
-        cols = _workspace("cols", depth * step * span, x.dtype)
-        rows = _workspace("rows", f * step * span, x.dtype)
         _forward(x, weights, y, *geo, ho, wo, step, cols, rows, *compiled)
         return
     for n0 in range(0, n, step):
         nb = min(step, n - n0)
-        cols = _workspace("cols", depth * nb * span, x.dtype).reshape(depth, nb * span)
-        _im2col(x, n0, nb, *geo, ho, wo, cols)
+        c = _columns(x, n0, nb, *geo, ho, wo, cols)
         if nb == 1:
-            np.dot(weights, cols, out=y[n0])
+            np.dot(weights, c, out=y[n0])
         else:
-            rows = _workspace("rows", f * nb * span, x.dtype).reshape(f, nb * span)
-            np.dot(weights, cols, out=rows)
-            _scatter_rows(rows, n0, nb, y)
-
-
-def _grad_rows(g3, n0, nb):
-    """The output gradient of images n0:n0+nb as (F, nb*S): a view when nb is 1."""
-    if nb == 1:
-        return g3[n0]
-    f, span = g3.shape[1], g3.shape[2]
-    rows = _workspace("rows", f * nb * span, g3.dtype).reshape(f, nb * span)
-    _gather_rows(g3, n0, nb, rows)
-    return rows
+            target = rows[:f * nb * span].reshape(f, nb * span)
+            np.dot(weights, c, out=target)
+            _scatter_rows(target, n0, nb, y)
 
 
 def _conv2d_grad_data_kernel(inputs, out, attrs):
@@ -255,20 +250,16 @@ def _conv2d_grad_data_kernel(inputs, out, attrs):
     if out.size == 0 or depth == 0 or span == 0 or f == 0:
         out.fill(0)
         return
-    g3 = g.reshape(n, f, span)
-    step = _chunk(n, depth, span, g.itemsize)
-    compiled = _compiled(g.dtype)
+    g3, weights = g.reshape(n, f, span), w.reshape(f, depth)
+    step, cols, rows, compiled = _plan(n, depth, f, span, g.dtype)
     if compiled is not None:
-        cols = _workspace("cols", depth * step * span, g.dtype)
-        rows = _workspace("rows", f * step * span, g.dtype)
-        _backward_data(g3, w.reshape(f, depth), out, *geo, ho, wo, step, cols, rows, *compiled)
+        _backward_data(g3, weights, out, *geo, ho, wo, step, cols, rows, *compiled)
         return
-    weights_t = w.reshape(f, depth).T
     for n0 in range(0, n, step):
         nb = min(step, n - n0)
-        cols = _workspace("cols", depth * nb * span, g.dtype).reshape(depth, nb * span)
-        np.dot(weights_t, _grad_rows(g3, n0, nb), out=cols)
-        _col2im(cols, n0, nb, *geo, ho, wo, out)
+        c = cols[:depth * nb * span].reshape(depth, nb * span)
+        np.dot(weights.T, _rows_of(g3, n0, nb, rows), out=c)
+        _col2im(c, n0, nb, *geo, ho, wo, out)
 
 
 def _conv2d_grad_weight_kernel(inputs, out, attrs):
@@ -282,18 +273,14 @@ def _conv2d_grad_weight_kernel(inputs, out, attrs):
         return
     g3 = g.reshape(n, f, span)
     part = np.empty_like(grad) if n > 1 else grad
-    step = _chunk(n, depth, span, x.itemsize)
-    compiled = _compiled(x.dtype)
+    step, cols, rows, compiled = _plan(n, depth, f, span, x.dtype)
     if compiled is not None:
-        cols = _workspace("cols", depth * step * span, x.dtype)
-        rows = _workspace("rows", f * step * span, x.dtype)
         _backward_weight(x, g3, grad, part, *geo, ho, wo, step, cols, rows, *compiled)
         return
     for n0 in range(0, n, step):
         nb = min(step, n - n0)
-        cols = _workspace("cols", depth * nb * span, x.dtype).reshape(depth, nb * span)
-        _im2col(x, n0, nb, *geo, ho, wo, cols)
-        np.dot(_grad_rows(g3, n0, nb), cols.T, out=grad if n0 == 0 else part)
+        c = _columns(x, n0, nb, *geo, ho, wo, cols)
+        np.dot(_rows_of(g3, n0, nb, rows), c.T, out=grad if n0 == 0 else part)
         if n0 > 0:
             grad += part
 
