@@ -104,6 +104,7 @@ def test_quick_calibration_gives_a_valid_profile(quick_profile):
     assert "cores" in meta["machine"]
     assert meta["measurements"]["background load"] >= 0.0
     assert p.after_gemm == meta["measurements"]["after_gemm"]["after_gemm"] >= 1.0
+    assert p.t3_asleep == meta["measurements"]["t3_after_sleep"] > 0.0
 
 
 # the ops training adds that calibration times and issues: each has a cost of its own

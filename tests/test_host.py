@@ -170,6 +170,26 @@ def test_a_blocker_adds_its_frontend_cost_on_the_bytes_it_returns():
     assert profile.blocker("waitall") == t3
 
 
+@pytest.mark.parametrize("op_s", [5e-3, 1e-4])
+def test_a_blocker_that_fell_asleep_pays_t3_asleep(op_s):
+    """A wait_to_read whose op outlasts the 1 ms spin falls asleep and returns t3_asleep after
+    the op; a shorter wait is still spinning and returns t3 after it; without t3_asleep both
+    pay t3."""
+    def one(nd):
+        x = nd.ones((4,))
+        nd.waitall()
+        with nd.benchmark("op"):
+            (x + 1).wait_to_read()
+
+    t1, t3, asleep = 1e-6, 2e-6, 3e-5
+    profile = _profile(t1=t1, t3=t3, t3_asleep=asleep, spin=1e-3, dispatch=1e-9,
+                       costs={"cpu:*": Cost(latency=op_s)})
+    woke = asleep if op_s > profile.spin else t3
+    assert predict(one, profile).regions["op"] == pytest.approx(t1 + op_s + woke, abs=1e-8)
+    plain = predict(one, profile.replace(t3_asleep=0.0)).regions["op"]
+    assert plain == pytest.approx(t1 + op_s + t3, abs=1e-8)
+
+
 def test_bytes_beyond_the_cache_move_at_the_spill_bandwidth():
     """Cost.time: up to `cache` bytes at `bandwidth`, the rest at `spill`."""
     cost = Cost(latency=1.0, bandwidth=10.0, cache=100.0, spill=5.0)
@@ -179,10 +199,11 @@ def test_bytes_beyond_the_cache_move_at_the_spill_bandwidth():
 
 
 def test_new_fields_round_trip_and_are_checked(tmp_path):
-    """dispatch, wake, gil, release, switch, spin, handover and the Cost fields cache, spill, crowd
+    """dispatch, wake, gil, release, switch, spin, handover, t3_asleep and the Cost fields cache,
+    spill, crowd
     survive a JSON round trip; a negative crowd or a zero spill is refused in one line."""
     profile = _profile(dispatch=1e-5, wake=5e-6, gil=2e-6, release=3e-6, switch=4e-3, spin=1e-3,
-                       handover=4e-5,
+                       handover=4e-5, t3_asleep=3e-5,
                        costs={"cpu:*": Cost(latency=1e-6, bandwidth=1e9, cache=1e6,
                                             spill=5e8, crowd=0.7)})
     profile.save(tmp_path / "p.json")

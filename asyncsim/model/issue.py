@@ -10,7 +10,8 @@ The frontend walks `program.instrs`, one SimPy generator:
   `copyto` from a GPU into pageable host memory, it then waits for the op and pays t3 (a "wait"
   span).
 - a blocker (`Sync`) waits until every pending write of its var has finished (`waitall`:
-  everything issued), then pays `profile.blocker(kind, nbytes, device, waited)`: t3, plus what a
+  everything issued), then pays `profile.blocker(kind, nbytes, device, waited, asleep)`: t3
+  (`t3_asleep` if it waited past the spin and fell asleep), plus what a
   "frontend:<kind>" cost adds for the bytes it hands back (asnumpy's copy, print's formatting);
   on GPU data, `gpu_wait` if it waited and the "gpu->host" readback (see Profile). One "wait"
   span covers both.
@@ -123,11 +124,13 @@ class FrontendProcess:
                     gil.release(FRONTEND)
                 start = env.now
                 event = self._wait_for(ins.var)
+                asleep = False  # the wait outlasted the spin: a futex wakes the frontend
                 if event is not None:
                     if host is not None:
                         host.frontend_waits(event)
                     yield event
                     if host is not None:
+                        asleep = host.asleep
                         host.frontend_woke()
                 self.unclaimed = 0  # a blocker gives them back within its wait
                 if ins.kind == CELL:  # a user between notebook cells: no blocker returns
@@ -138,7 +141,8 @@ class FrontendProcess:
                 else:
                     var = self.program.vars[ins.var]
                     nbytes, device = var.nbytes, var.device
-                yield timeout(profile.blocker(ins.kind, nbytes, device, event is not None))
+                yield timeout(profile.blocker(ins.kind, nbytes, device, event is not None,
+                                              asleep))
                 spans.append(Span("frontend", ins.kind, -1, start, env.now, "wait"))
             elif kind is Free:
                 if profile.free:

@@ -4,6 +4,8 @@
 A Profile says
 - `t1`: the frontend's cost to issue one op (seconds), unless a "frontend:" cost below overrides it
   for that op or group; `t3`: what a blocker costs the frontend to return once its wait is over;
+  `t3_asleep` (0: t3), the same for a blocker whose wait outlasted `spin` and fell asleep (a
+  thread woken from a futex, not one watching a counter: ~30 us against ~0.4 on a VM);
 - `workers` CPU worker lanes (MXNet's MXNET_CPU_WORKER_NTHREADS), `cores`, `gpus` (each GPU has a
   compute stream and a copy engine lane);
 - `costs`: `Cost`s keyed "DEVICE:NAME" where DEVICE is "cpu", "gpu" or "frontend" and NAME is an op
@@ -108,7 +110,7 @@ _SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int,
             "handover": float, "gpu_issue": float, "gpu_wait": float, "gpu_settle": float,
             "pageable": int, "rss_keep": float, "native": int, "idle_spin": float,
             "table": int, "llc": float, "dram": float, "mix": float, "reclaim": float,
-            "after_gemm": float}
+            "after_gemm": float, "t3_asleep": float}
 _MINIMUM = {"workers": 1, "cores": 1, "gpus": 0}
 
 
@@ -178,6 +180,8 @@ class Profile:
     # or pooling) runs right after a product or a convolution on its worker, as a factor of its
     # bytes time (0 or 1: off); `asyncsim.model.host` says for how long
     after_gemm: float = 0.0
+    # what a blocker costs to return when its wait outlasted `spin` and it fell asleep (0: t3)
+    t3_asleep: float = 0.0
     meta: dict = field(default_factory=dict)
     # per "DEVICE:NAME@" prefix: (len(costs) when built, the timed product geometries, the key
     # each untimed geometry resolved to); rebuilt when costs gain or lose a key
@@ -256,21 +260,23 @@ class Profile:
         return seconds + (self.gpu_issue if device_kind(op.device) == "gpu" else 0.0)
 
     def blocker(self, kind: str, nbytes: int = 0, device: str = "cpu",
-                waited: bool = False) -> float:
-        """Seconds a blocker of `kind` costs the frontend once its wait is over: t3, plus its
+                waited: bool = False, asleep: bool = False) -> float:
+        """Seconds a blocker of `kind` costs the frontend once its wait is over: t3 (`t3_asleep`,
+        where there is one, for a blocker that fell `asleep` waiting), plus its
         "frontend:<kind>" cost on the `nbytes` it returns when there is one. On GPU data
         (`device`; for waitall, a program with GPU work): plus `gpu_wait` if it `waited`, and a
         copy of the data by the "gpu->host" link, where there is one, instead of the frontend's
         own copy (print still formats); a waitall also pays `gpu_settle`."""
+        t3 = self.t3_asleep if asleep and self.t3_asleep else self.t3
         cost = self.costs.get(f"frontend:{kind}")
         extra = 0.0 if cost is None else cost.time(nbytes, 0.0)
         if device_kind(device) != "gpu":
-            return self.t3 + extra
+            return t3 + extra
         readback = self.links.get(READBACK)
         if readback is not None and kind in ("asnumpy", "item", "print"):
             extra = readback.time(nbytes, 0.0) + (extra if kind == "print" else 0.0)
         settle = self.gpu_settle if kind == "waitall" else 0.0
-        return self.t3 + extra + settle + (self.gpu_wait if waited else 0.0)
+        return t3 + extra + settle + (self.gpu_wait if waited else 0.0)
 
     @property
     def fitted(self) -> frozenset[tuple[str, str]]:

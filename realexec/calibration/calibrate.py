@@ -15,6 +15,7 @@ a program with:
   or, for an op that had ended before the call, the call itself; "frontend:asnumpy|print|item":
   what those blockers add (a copy, formatting), latency + bytes / bandwidth of the array, each
   the first of its kind in a fresh session (cold code, as the chapters' once-per-region calls);
+  `t3_asleep`: the same wake-up for a blocker that waited past its spin and fell asleep;
 - `startup`: what a fresh engine's first op round trip takes beyond a warm one;
 - `handover`: how long a thread asleep on the GIL takes to run once it is let go
   (`realexec.calibration.gil`);
@@ -192,6 +193,7 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
                    mix=issuing.fit_mix(raw["mixed"]["ratios"]) if "mixed" in raw else 0.0,
                    reclaim=raw["reclaim"]["reclaim"] if native and "reclaim" in raw else 0.0,
                    after_gemm=raw.get("after_gemm", {}).get("after_gemm", 0.0),
+                   t3_asleep=raw.get("t3_after_sleep", 0.0),
                    meta=json.loads(json.dumps({**meta, "measurements": raw})))  # as saved
 
 
