@@ -5,7 +5,7 @@ A Profile says
 - `t1`: the frontend's cost to issue one op (seconds), unless a "frontend:" cost below overrides it
   for that op or group; `t3`: what a blocker costs the frontend to return once its wait is over;
   `t3_asleep` (0: t3), the same for a blocker whose wait outlasted `spin` and fell asleep (a
-  thread woken from a futex, not one watching a counter: ~30 us against ~0.4 on a VM);
+  thread woken from a futex, not one watching a counter: 15-30 us against 0.4 on a VM);
 - `workers` CPU worker lanes (MXNet's MXNET_CPU_WORKER_NTHREADS), `cores`, `gpus` (each GPU has a
   compute stream and a copy engine lane);
 - `costs`: `Cost`s keyed "DEVICE:NAME" where DEVICE is "cpu", "gpu" or "frontend" and NAME is an op
