@@ -24,12 +24,13 @@ and run on the real engine, side by side.
    virtual machine's speed moves for minutes at a time, which no profile can know (reported,
    never used by the prediction);
 4. with `--collections N`, steps 1-3 N times, each calibrating again, and each scenario's error
-   over them: its median, and the range the machine's moments give it. Each calibration runs in
-   a process of its own, as a user's first `calibrate()` does: in two runs of every scenario the
-   third collection's, in the process that had measured the first two, priced the frontend 40%
-   dearer (t1 7.5 and 7.6 us against 5.2-5.8) while the runs it was compared with were not
-   slower (not pinned down: the CNN scenarios alone, or the memory and training loops alone,
-   left the third calibration as the first).
+   over them: its median, and the range the machine's moments give it. Each calibration that
+   `--force` or a later collection asks for runs in a process of its own, as a user's first
+   `calibrate()` does, and this process loads the profile it cached: in two runs of every
+   scenario, the third collection's calibration, made in the process that had measured the
+   first two, priced the frontend 40% dearer (t1 7.5 and 7.6 us against 5.2-5.8) while the runs
+   it was compared with were not slower (not pinned down: the CNN scenarios alone, or the memory
+   and training loops alone, left the third calibration as the first).
 
 Sizes: the scenarios' book parameters, except: the 'numpy' regions of the warm-ups are left out
 (plain NumPy on the frontend, which a prediction cannot see); and where the book's sizes hold
