@@ -181,10 +181,9 @@ def collect(args, force: bool) -> list:
     runs retaken, blas speed)]."""
     start = time.perf_counter()
     if force:  # in a fresh process (see the module docstring); this one loads its profile
-        subprocess.run([sys.executable, "-c", "import sys; from realexec.calibration.calibrate "
-                        "import calibrate; calibrate(workers=None if sys.argv[1] == 'None' else "
-                        "int(sys.argv[1]), force=True, progress=sys.argv[2] == '1')",
-                        str(args.workers), str(int(sys.stderr.isatty()))], check=True)
+        subprocess.run([sys.executable, "-c", "from realexec.calibration.calibrate import "
+                        f"calibrate; calibrate(workers={args.workers!r}, force=True, "
+                        f"progress={sys.stderr.isatty()!r})"], check=True)
     profile = calibrate(workers=args.workers, progress=sys.stderr.isatty())
     workers = profile.workers
     us = {k: f"{getattr(profile, k) * 1e6:.1f} us" for k in

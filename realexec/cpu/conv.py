@@ -17,9 +17,9 @@ that runs every chunk, im2col and product alike, with numpy's BLAS called by add
 (`realexec.cpu.blas`, as the compiled worker multiplies). So a convolution takes the GIL once, to
 start, and once to return. Written as Python over the chunks, with `np.dot` and a compiled im2col
 per chunk, it took the GIL back at every chunk, and each time waited for a frontend running
-Python (up to the 5 ms switch interval): a (16, 64, 28, 28) convolution took 24 ms instead of
-9.6 while the frontend ran Python (2-core Xeon VM), and in ResNet-18 the convolutions ran 10-18%
-slower than calibrated. That Python form stays where numpy's BLAS cannot be called by address.
+Python (up to the 5 ms switch interval): beside a busy thread a (64, 64, 28, 28) layer took
+15-18x its time, one compiled call 1.09-1.20x (`benchmarks/conv.py --frontend`, 2-core Xeon VM).
+That Python form stays where numpy's BLAS cannot be called by address.
 """
 
 from __future__ import annotations
