@@ -105,6 +105,7 @@ def _loop(nd, body, n: int, held_arrays, workers: int, frees=None) -> tuple:
     `held_arrays` is not None; `frees`: the list `_timed_frees` fills."""
     engine = nd._backend.engine
     gate = None if held_arrays is None else _hold(nd, held_arrays, workers)
+    engine.flush()
     since = len(engine.log)
     calls, releases = frees if frees is not None else ([], [])
     looked, released = len(calls), len(releases)
@@ -115,6 +116,7 @@ def _loop(nd, body, n: int, held_arrays, workers: int, frees=None) -> tuple:
     if gate is not None:
         gate.set()
     nd.waitall()
+    engine.flush()
     spans = [(b - a) * 1e-9 for _, kind, _, _, a, b in engine.log[since:] if kind == "issue"]
     return (period, statistics.median(spans[-n:]), len(looks), statistics.median(looks or [0.0]),
             statistics.median(given or [0.0]))

@@ -2,10 +2,14 @@
 `issue` does with the records `same_records` builds (results, spans, memory), takes the general
 path wherever the common case does not hold, and says at the call what went wrong; the engine
 gives a deleted var's memory back at once when the low-water mark says its ops are done, and
-reads spans out of a table that wraps around many times, each once.
+reads spans out of a table that wraps around many times, each once; a push's own span, which
+the push stamps in the table, is read out once however often the log is read.
 """
 
 from __future__ import annotations
+
+import threading
+from time import perf_counter_ns
 
 import numpy as np
 import pytest
@@ -173,6 +177,36 @@ def test_a_small_table_reads_every_span_out_once():
     np.testing.assert_array_equal(y.asnumpy(), np.full(4, 2, np.float32))
     del x, y
     backend.close()
+
+
+def test_issue_spans_are_read_out_once_however_often_the_log_is_read():
+    """Each push stamps its issue span in the table, on the clock the frontend reads. Reading
+    the log while the ops still wait behind a held one gives all their issue spans; reading it
+    again after they ran, and again, gives none twice, and each op's own exec span once."""
+    with NativeEngine(workers=1, capacity=16) as engine:
+        gate = threading.Event()
+        held = engine.new_var("held")
+        around = []
+        before = perf_counter_ns()
+        engine.push(gate.wait, (), (held,), name="gate", op_id=0)
+        around.append((before, perf_counter_ns()))
+        for i in range(1, 12):
+            before = perf_counter_ns()
+            engine.push(_nothing, (held,), (engine.new_var(i),), name=f"op{i}", op_id=i)
+            around.append((before, perf_counter_ns()))
+        engine.flush()
+        first = [e for e in engine.log if e[1] == "issue"]
+        gate.set()
+        engine.wait_all()
+        engine.flush()
+        engine.flush()
+        issues = [e for e in engine.log if e[1] == "issue"]
+        execs = [e for e in engine.log if e[1] == "exec"]
+    assert sorted(e[3] for e in first) == list(range(12)) and issues == first
+    for _, _, name, op_id, a, b in issues:
+        assert name == ("gate" if op_id == 0 else f"op{op_id}")
+        assert around[op_id][0] <= a <= b <= around[op_id][1]
+    assert sorted(e[3] for e in execs) == list(range(12))
 
 
 @given(cap=st.sampled_from([1, 2, 8]), lo=st.integers(0, 40), n=st.integers(0, 20))

@@ -26,7 +26,8 @@ def _cpu():
 
 def _push(s, token):
     """A ready op of lane 0 (no predecessors); its kernel never runs here."""
-    return t.push(s, token, token, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, -1, -1, -1, NONE)
+    return t.push(s, token, token, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, -1, -1, -1, NONE,
+                  token, 0, 0)
 
 
 def _spin_once(buf, s):

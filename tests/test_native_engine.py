@@ -33,7 +33,8 @@ NONE = np.empty(0, np.int64)
 def push(s, token, kind=PYTHON, preds=(), lane=0):
     p = list(preds) + [-1, -1, -1]
     more = np.array(p[3:-3], np.int64) if len(preds) > 3 else NONE
-    return t.push(s, token, token, lane, kind, 0, 0, 0, 0, 0, 0, 0.0, 0, p[0], p[1], p[2], more)
+    return t.push(s, token, token, lane, kind, 0, 0, 0, 0, 0, 0, 0.0, 0, p[0], p[1], p[2], more,
+                  token, 0, 0)
 
 
 def test_a_chain_runs_in_order_and_gives_its_edges_back():
@@ -93,8 +94,8 @@ def test_the_compiled_worker_runs_native_ops_and_hands_python_ones_back():
     x = np.arange(4, dtype=np.float32)
     y = np.zeros(4, np.float32)
     a, b = address(x), address(y)
-    t.push(s, 0, 0, 0, SCALAR, 2, 0, 4, a, a, b, 3.0, 0, -1, -1, -1, NONE)  # y = x * 3
-    t.push(s, 1, 1, 0, BINARY, 0, 0, 4, a, b, b, 0.0, 0, 0, -1, -1, NONE)  # y = x + y
+    t.push(s, 0, 0, 0, SCALAR, 2, 0, 4, a, a, b, 3.0, 0, -1, -1, -1, NONE, 0, 0, 0)  # y = x * 3
+    t.push(s, 1, 1, 0, BINARY, 0, 0, 4, a, b, b, 0.0, 0, 0, -1, -1, NONE, 1, 0, 0)  # y = x + y
     push(s, 2, preds=[1])
     assert work(s, 0, 5) == 2
     np.testing.assert_array_equal(y, x * 4)
@@ -124,7 +125,7 @@ def test_the_compiled_worker_multiplies_matrices_through_numpys_blas(m, k, n, ta
     assert kind == GEMM
     buf, s = t.new_state(4, 0, gemm=worker.GEMM_ADDRESSES)
     t.push(s, 0, 0, 0, kind, code, worker.DTYPES[np.dtype(dtype)], out.size, address(a.ravel()),
-           address(b.ravel()), address(out.ravel()), sizes, 0, -1, -1, -1, NONE)
+           address(b.ravel()), address(out.ravel()), sizes, 0, -1, -1, -1, NONE, 0, 0, 0)
     buf[t.H_STOP] = 0
     push(s, 1, preds=[0])  # a Python op after it: the worker hands it back once GEMM is done
     assert work(s, 0, 0) == 1

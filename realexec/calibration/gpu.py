@@ -105,6 +105,7 @@ class _GpuClock:
         self.gpu = nd._backend.gpus[f"gpu{index}"]
 
     def mark(self) -> tuple[int, int]:
+        self.engine.flush()
         return len(self.engine.log), len(self.gpu.timed)
 
     def spans(self, since: tuple[int, int], name: str) -> list[tuple[float, float]]:
@@ -112,6 +113,7 @@ class _GpuClock:
         gpu = self.gpu
         if gpu.sim:
             lanes = (gpu.compute_lane, gpu.copy_lane)
+            self.engine.flush()
             rows = [(a, b) for lane, _, nm, _, a, b in self.engine.log[since[0]:]
                     if lane in lanes and nm == name]
         else:

@@ -153,10 +153,12 @@ def phase_times(bench, n: int, loops: int, pause: float) -> dict:
 
     since = bench.mark()
     recorded().backward()
+    bench.flush()
     backward_ops = sum(1 for entry in bench.engine.log[since:]
                        if entry[1] == "issue" and entry[2] != "ones")
     since = bench.mark()
     trainer.step(2)
+    bench.flush()
     step_ops = sum(1 for entry in bench.engine.log[since:] if entry[1] == "issue")
     nd.waitall()
     layers = _layer_calls(nd)

@@ -272,7 +272,7 @@ def warm_native() -> None:
         a = address(x)
         for slot, kind in enumerate((SCALAR, BINARY, PYTHON)):
             t.push(s, slot, slot, 0, kind, ADD, code, 4, a, a, a, 1.0, 0, slot - 1, -1, -1,
-                   np.empty(0, np.int64))
+                   np.empty(0, np.int64), slot, 0, 0)
         slot = work(s, 0, 0)  # runs the two native ops, hands the Python one back
         t.finish_and_pop_python(s, 0, slot, 0)
         buf[t.H_STOP] = 1

@@ -379,6 +379,10 @@ class Engine(shutdown.Ending):
         return False
 
     # -- trace and shutdown --------------------------------------------------------------------
+    def flush(self) -> None:
+        """Nothing to read out: this engine appends each span to `log` as it happens (the
+        compiled engine's `flush` reads its ops' spans out of its table)."""
+
     def spans(self) -> list[Span]:
         """Every span recorded so far, in seconds from `origin_ns`, ordered by start."""
         t0 = self.origin_ns

@@ -69,9 +69,11 @@ LANES, LANE_FIELDS, MAX_LANES = 48, 8, 16  # a lane's header: a cache line
 Q_HEAD, Q_TAIL, Q_FUTEX, Q_SLEEPERS, Q_SPINNERS = range(5)
 OPS = LANES + LANE_FIELDS * MAX_LANES
 # an op record: these fields, contiguous, then padding to 3 cache lines (the frontend writes a
-# record while a worker stamps the one before it)
+# record while a worker stamps the one before it). F_OP, F_NAME (an index into the engine's
+# names) and F_ISSUE..F_ISSUED (the push's own span) are for the trace only: the frontend reads
+# them out in blocks, never per op
 (F_TOKEN, F_STATE, F_PENDING, F_SUCC, F_LANE, F_KIND, F_CODE, F_DTYPE, F_N, F_A, F_B, F_OUT,
- F_SCALAR, F_START, F_END, F_WORKER, F_FAILED) = range(17)
+ F_SCALAR, F_START, F_END, F_WORKER, F_FAILED, F_OP, F_NAME, F_ISSUE, F_ISSUED) = range(21)
 STRIDE = 24
 PENDING, QUEUED, RUNNING, DONE = 1, 2, 3, 4
 FAILED_OWN, FAILED_INHERITED = 1, 2
@@ -202,9 +204,11 @@ def _link(s, slot, pred):
 
 @njit(cache=True)  # keeps the GIL: a release for 1 us per push invited the workers' Python ops
 def push(s, slot, token, lane, kind, code, dtype, n, a, b, out, scalar, failed,
-         p0, p1, p2, more):
+         p0, p1, p2, more, op_id, name, issue):
     """Record op `token` in `slot` and queue it behind its predecessors p0..p2 and `more` (an
-    int64 array; -1 = none). True if it is ready now. Called by the frontend, which keeps the
+    int64 array; -1 = none). True if it is ready now. `op_id`, `name` (a number) and `issue`
+    (when the push began, ns) are kept for the trace, with the push's end. Called by the
+    frontend, which keeps the
     GIL through it: releasing it around a call this short only starts GIL hand-overs to worker
     threads that wait for it (a wake-up each), as a pure-Python push never did."""
     lock(s)
@@ -224,6 +228,9 @@ def push(s, slot, token, lane, kind, code, dtype, n, a, b, out, scalar, failed,
     s[at(slot, F_START)] = 0
     s[at(slot, F_END)] = 0
     s[at(slot, F_FAILED)] = failed
+    s[at(slot, F_OP)] = op_id
+    s[at(slot, F_NAME)] = name
+    s[at(slot, F_ISSUE)] = issue
     store(s, H_NEXT, token + 1)
     store(s, H_FRONT_CPU, cpu())
     _link(s, slot, p0)
@@ -239,6 +246,7 @@ def push(s, slot, token, lane, kind, code, dtype, n, a, b, out, scalar, failed,
     unlock(s)
     if wake:
         _wake_worker(s, lane)
+    s[at(slot, F_ISSUED)] = now_ns()  # only the frontend reads it, and it is the caller
     return left == 0
 
 
