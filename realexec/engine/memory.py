@@ -180,22 +180,23 @@ class Pool:
     def acquire(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
         """An uninitialised C-contiguous array of `shape` and `dtype`, counted as live.
         MemoryError (nothing counted) when it cannot be had."""
-        layout = _LAYOUTS.get((shape, dtype)) or _layout(shape, dtype)
-        dt, nbytes, size = layout
+        dt, nbytes, size = _LAYOUTS.get((shape, dtype)) or _layout(shape, dtype)
         cache = self.cache
-        spare = None
-        with cache.lock:
+        lock = cache.lock
+        lock.acquire()  # not `with`: its two special-method calls cost twice this pair
+        try:
             free = cache.free.get(size)
-            if free:
-                spare = free.pop()
+            spare = free.pop() if free else None
+            if spare is not None:
                 cache.cached_bytes -= size
                 self.hits += 1
-                self.live_bytes += nbytes
-                live = self.live_bytes
+                live = self.live_bytes = self.live_bytes + nbytes
                 if live > self.peak_bytes:
                     self.peak_bytes = live
                 self._times.append(perf_counter_ns())
                 self._lives.append(live)
+        finally:
+            lock.release()
         if spare is not None:
             if spare.shape == shape and spare.dtype is dt:
                 return spare  # the array released last time fits as it is: no view to build
@@ -221,16 +222,25 @@ class Pool:
         serves the next request of its size class (or back to the OS when the cache is full)."""
         raw = array.base
         assert raw is not None and raw.itemsize == 1, "not an array from a Pool"
-        cache, size, spare = self.cache, raw.size, []
-        with cache.lock:
-            self.live_bytes -= array.nbytes
+        cache, size = self.cache, raw.size
+        # the size class's list made here if it is new, not inside the lock (see above)
+        spare = [] if cache.free.get(size) is None else None
+        lock = cache.lock
+        lock.acquire()
+        try:
+            live = self.live_bytes = self.live_bytes - array.nbytes
             self._times.append(perf_counter_ns())
-            self._lives.append(self.live_bytes)
+            self._lives.append(live)
             if len(self._times) >= self._trim_at:
                 del self._times[self._trimmed], self._lives[self._trimmed]
             if cache.cached_bytes + size <= cache.max_bytes:
-                cache.free.setdefault(size, spare).append(array)
+                free = cache.free.get(size)
+                if free is None:  # `spare` is None only if the cache was cleared since the look
+                    free = cache.free[size] = spare if spare is not None else []
+                free.append(array)
                 cache.cached_bytes += size
+        finally:
+            lock.release()
 
     def track(self, nbytes: int) -> None:
         """Count `nbytes` of a buffer that this Pool did not hand out as live on its device (the

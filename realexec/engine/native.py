@@ -40,9 +40,9 @@ Differences, and why:
   native op) stay in the table: a push stamps its start and end there, and the frontend copies
   them out in blocks of a few hundred ops (`_harvest`), as arrays. They become the log's tuples
   only when the log is read (`flush`, `spans`): made per op on the push path, they cost 0.3-0.7
-  us of a 6 us `y = x + 1` (`benchmarks/overhead.py`, 2-core Xeon VM). Python ops' exec spans, blockers' waits and sync mode's spans go to
-  `log` as they happen. The table holds `cap` ops, and a push that would reuse a slot whose op
-  is unfinished waits for it.
+  us of a 6 us `y = x + 1` (`benchmarks/overhead.py`, 2-core Xeon VM). Python ops' exec spans,
+  blockers' waits and sync mode's spans go to `log` as they happen. The table holds `cap` ops,
+  and a push that would reuse a slot whose op is unfinished waits for it.
 """
 
 from __future__ import annotations
