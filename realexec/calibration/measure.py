@@ -248,6 +248,9 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
     return raw
 
 
+CROWD_OPS = 4  # ops per worker in each half of a `concurrency` round
+
+
 def _concurrency(bench, s: Settings) -> dict:
     """Memory-bound ops (two sizes), a sampler, a product and every convolution geometry of
     `conv_shapes`, one at a time and W at once; the frontend's issue period with workers asleep
@@ -261,8 +264,10 @@ def _concurrency(bench, s: Settings) -> dict:
     cases += [("normal", lambda: nd.random.normal(shape=(s.compute_size,)), "normal"),
               ("dot", lambda: nd.dot(m, m), "dot")]
     for label, make, name in cases:
-        alone, together = microbench_host.concurrency(bench, make, 4, name)
+        alone, together = microbench_host.concurrency(bench, make, CROWD_OPS, name)
         out[label] = {"alone": alone, "together": together}
+    for x in xs:  # together, an output's buffer comes back after this many bytes of ops
+        out[f"elementwise {x.size}"]["reuse"] = CROWD_OPS * bench.workers * 8 * x.size
     # convolutions two at once: their im2col and col2im copies share the memory system, more so
     # the larger the images (a 64-channel 28x28 layer's gradients slow by a quarter, a 4x4 one's
     # not at all)
