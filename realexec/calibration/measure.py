@@ -36,7 +36,10 @@ class Settings:
     loops: int  # repeats of each issue loop, round trip, backlog
     roundtrips: int
     blocker_sizes: tuple[int, ...]
-    crowd_sizes: tuple[int, ...]  # elements of the memory-bound ops run on W workers at once
+    # elements of the memory-bound ops run on W workers at once: those whose outputs stay in
+    # the last-level cache give the crowd (two, as one moved 0.28-0.72 between calibrations),
+    # and one past it checks that cold streams do not crowd (`fits.set_crowding`)
+    crowd_sizes: tuple[int, ...]
     compute_size: int  # elements of the compute-bound op run on W workers at once
     fresh_rounds: int  # fresh sessions per blocker size (start-up, cold blockers)
     recheck_size: int  # elements of the ops of the backlog a blocked frontend waits for
@@ -65,7 +68,7 @@ class Settings:
 FULL = Settings(sizes=(2**10, 2**13, 2**16, 2**18, 2**20, 2**21, 2**22, 2**23),
                 dot_sides=(32, 64, 128, 256, 512, 1024), gemv_sides=(128, 512, 2048),
                 repeats=5, sweeps=3, issue_ops=300, loops=15, roundtrips=200,
-                blocker_sizes=(2**4, 2**12, 2**18, 2**21), crowd_sizes=(2**20, 2**22),
+                blocker_sizes=(2**4, 2**12, 2**18, 2**21), crowd_sizes=(2**19, 2**20, 2**22),
                 compute_size=2**20, fresh_rounds=3, recheck_size=2**13, spread=0.1,
                 # 2**22: past the last cache, as the training scenarios' activations are
                 op_sizes=(2**10, 2**13, 2**16, 2**19, 2**21, 2**22),
