@@ -1,7 +1,6 @@
 """The host's contention in the model (asyncsim.model.host): waking idle workers, the GIL and its
-switch interval, releases, crowding of memory-bound kernels (not of cold ones, and its fit), cores
-shared with a spinning frontend, the blockers' own costs, and costs whose bytes outgrow a cache --
-each off unless a profile asks."""
+switch interval, releases, crowding of memory-bound kernels, cores shared with a spinning frontend,
+the blockers' own costs, and costs whose bytes outgrow a cache -- each off unless a profile asks."""
 
 from __future__ import annotations
 
@@ -135,49 +134,6 @@ def test_crowding_stretches_kernels_that_run_together():
     uncrowded = profile.replace(**{"cpu:*.crowd": 0.0}, dispatch=1e-12)
     runs = sorted(predict(pair, uncrowded).spans_of(kind="exec"), key=lambda s: s.op_id)[-2:]
     assert runs[1].duration == _exact(bytes_time)
-
-
-def test_kernels_whose_data_comes_from_main_memory_neither_crowd_nor_are_crowded():
-    """The pair above with a last-level cache too small for any of its bytes (`llc`, `dram`):
-    each op pays its cold bytes and runs beside the other unstretched, as calibration's two
-    cold streams ran; with the same costs and no cache model the second is stretched."""
-    def pair(nd):
-        x = nd.ones((1000,))
-        x.wait_to_read()
-        with nd.benchmark("pair"):
-            a = x + 1
-            b = x + 2
-            nd.waitall()
-        return a, b
-
-    bytes_time = 1e-3
-    cost = Cost(bandwidth=8000 / bytes_time, crowd=0.5)
-    warm = _profile(workers=2, t1=1e-9, t3=0.0, costs={"cpu:*": cost})
-    cold = warm.replace(llc=1.0, dram=8000 / (4 * bytes_time))  # DRAM at a quarter the speed
-    runs = sorted(predict(pair, cold).spans_of(kind="exec"), key=lambda s: s.op_id)[-2:]
-    assert runs[0].duration > 1.5 * bytes_time  # cold bytes cost more than crowding would
-    assert runs[1].duration == _exact(runs[0].duration)
-    runs = sorted(predict(pair, warm).spans_of(kind="exec"), key=lambda s: s.op_id)[-2:]
-    assert runs[1].duration == _exact(1.5 * runs[0].duration)
-
-
-def test_crowding_is_fitted_from_the_runs_the_model_prices_warm():
-    """`fits.set_crowding`: with a cache in the model, an elementwise run whose outputs came
-    back after more than `llc` bytes is left out (it ran cold, which the model does not
-    crowd); without one, or when every run was cold, all of them count."""
-    from realexec.calibration import fits
-
-    measured = {"elementwise 1": {"alone": 1.0, "together": 1.5, "reuse": 10.0},
-                "elementwise 2": {"alone": 1.0, "together": 1.9, "reuse": 1000.0}}
-
-    def crowd(llc, dram, runs=measured):
-        costs = {"cpu:elementwise": Cost(), "cpu:*": Cost()}
-        fits.set_crowding(costs, runs, workers=2, llc=llc, dram=dram)
-        return costs["cpu:*"].crowd
-
-    assert crowd(llc=100.0, dram=1e9) == pytest.approx(0.5)
-    assert crowd(llc=100.0, dram=0.0) == pytest.approx(0.7)
-    assert crowd(llc=1.0, dram=1e9) == pytest.approx(0.7)
 
 
 def test_an_issuing_frontend_keeps_a_core_from_a_second_worker_and_a_blocked_one_gives_it_up():

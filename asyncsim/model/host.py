@@ -39,12 +39,7 @@ what the book's closed forms assume. With a Host:
   has no bytes term: their flops time stands for it): when such a kernel starts, each
   other crowding kernel running at that moment stretches its bytes time by `crowd` (two cores
   sharing one memory system; fixed at its start, which is exact for kernels that start together
-  and cheap to simulate). Compute-bound kernels (crowd 0) neither stretch nor count, and
-  neither do kernels whose data comes from main memory (`cold` > 0, `asyncsim.model.caches`):
-  each core's misses take their own time, so two such streams run about as fast as one alone.
-  In one calibration (2-core Xeon VM), two x + 1.0 on 16 MiB arrays, their outputs cycling
-  through eight buffers, took 1.79 ms each at once; priced cold and uncrowded, 1.89 ms; cold
-  and crowded as well, as the model once did, 3.26 ms: memory's limit counted twice.
+  and cheap to simulate). Compute-bound kernels (crowd 0) neither stretch nor count.
 - compiled workers (`profile.native`, realexec's default engine): an op of `ops.COMPILED` that
   does not broadcast, or broadcasts as a bias (`ops.native_broadcast`), is run and completed by
   compiled code, so it neither takes nor waits for the GIL and pays no `gil`, `release` or
@@ -205,8 +200,8 @@ class Host:
         by_flops = op.flops / cost.peak if op.flops else 0.0
         if cost.crowd and not by_bytes:  # priced by flops alone (a convolution geometry): that
             by_bytes, by_flops = by_flops, 0.0  # time is what kernels beside it stretch
-        crowd = cost.crowd if by_bytes and not cold else 0.0  # cold: see the module docstring
-        self.parts.append((cost.latency, by_bytes + cold, by_flops, crowd))
+        by_bytes += cold
+        self.parts.append((cost.latency, by_bytes, by_flops, cost.crowd if by_bytes else 0.0))
         self.compiled.append(self.native and op.name in COMPILED and not broadcast)
 
     # -- the frontend's waits -------------------------------------------------------------------

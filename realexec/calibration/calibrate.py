@@ -179,9 +179,9 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
     exec_s = costs["cpu:elementwise"].time(2 * fits.F32 * elements, elements)
     wake = raw.get("wake", {}).get("wake", 0.0)  # a profile measured before it was
     dispatch = max(0.0, trip["period"] - t1 - wake - free - exec_s - t3)
+    set_crowding(costs, raw["concurrency"], workers)
     native = meta.get("engine", "native").startswith("native")
     cache = caches.fit(raw["caches"]) if "caches" in raw else {"llc": 0.0, "dram": 0.0}
-    set_crowding(costs, raw["concurrency"], workers, cache["llc"], cache["dram"])
     return Profile(name=name, t1=t1, t3=t3, workers=workers, cores=default_workers(), gpus=0,
                    costs=costs, free=free, dispatch=dispatch, wake=wake, gil=gil,
                    release=release,

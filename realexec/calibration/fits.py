@@ -240,24 +240,17 @@ def _crowd(case: dict, latency: float, workers: int) -> float:
     return min(1.0, max(0.0, (slowdown - 1.0) / (workers - 1)))
 
 
-def set_crowding(costs: dict, measured: dict, workers: int, llc: float = 0.0,
-                 dram: float = 0.0) -> None:
+def set_crowding(costs: dict, measured: dict, workers: int) -> None:
     """`crowd` of the memory-bound costs from the elementwise runs (averaged over sizes), and of
     each convolution geometry's three costs from that geometry's runs (im2col's copies share
     the memory system; the model stretches their flops time, which is all they have); below 5%
     it is noise and counts as none. The samplers and dot on cores of their own share nothing:
-    their runs are a check, kept in meta, not a crowd.
-
-    With a last-level cache in the model (`dram` > 0), an elementwise run whose outputs came
-    back after more than `llc` bytes (its "reuse") ran cold together, which the model prices as
-    cold and leaves uncrowded (`asyncsim.model.host`): it is left out here too, unless no run
-    is left."""
+    their runs are a check, kept in meta, not a crowd."""
     if workers < 2 or not measured:
         return
     latency = costs["cpu:elementwise"].latency
-    runs = [case for label, case in measured.items() if label.startswith("elementwise")]
-    warm = [case for case in runs if not (dram > 0 and case.get("reuse", 0) > llc)]
-    values = [_crowd(case, latency, workers) for case in warm or runs]
+    values = [_crowd(case, latency, workers) for label, case in measured.items()
+              if label.startswith("elementwise")]
     crowd = float(np.mean(values))
     for key in MEMORY_BOUND:
         if key in costs and crowd > 0.05:

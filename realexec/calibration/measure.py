@@ -36,10 +36,7 @@ class Settings:
     loops: int  # repeats of each issue loop, round trip, backlog
     roundtrips: int
     blocker_sizes: tuple[int, ...]
-    # elements of the memory-bound ops run on W workers at once: those whose outputs stay in
-    # the last-level cache give the crowd (two, as one moved 0.28-0.72 between calibrations),
-    # and one past it checks that cold streams do not crowd (`fits.set_crowding`)
-    crowd_sizes: tuple[int, ...]
+    crowd_sizes: tuple[int, ...]  # elements of the memory-bound ops run on W workers at once
     compute_size: int  # elements of the compute-bound op run on W workers at once
     fresh_rounds: int  # fresh sessions per blocker size (start-up, cold blockers)
     recheck_size: int  # elements of the ops of the backlog a blocked frontend waits for
@@ -68,7 +65,7 @@ class Settings:
 FULL = Settings(sizes=(2**10, 2**13, 2**16, 2**18, 2**20, 2**21, 2**22, 2**23),
                 dot_sides=(32, 64, 128, 256, 512, 1024), gemv_sides=(128, 512, 2048),
                 repeats=5, sweeps=3, issue_ops=300, loops=15, roundtrips=200,
-                blocker_sizes=(2**4, 2**12, 2**18, 2**21), crowd_sizes=(2**19, 2**20, 2**22),
+                blocker_sizes=(2**4, 2**12, 2**18, 2**21), crowd_sizes=(2**20, 2**22),
                 compute_size=2**20, fresh_rounds=3, recheck_size=2**13, spread=0.1,
                 # 2**22: past the last cache, as the training scenarios' activations are
                 op_sizes=(2**10, 2**13, 2**16, 2**19, 2**21, 2**22),
@@ -251,9 +248,6 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
     return raw
 
 
-CROWD_OPS = 4  # ops per worker in each half of a `concurrency` round
-
-
 def _concurrency(bench, s: Settings) -> dict:
     """Memory-bound ops (two sizes), a sampler, a product and every convolution geometry of
     `conv_shapes`, one at a time and W at once; the frontend's issue period with workers asleep
@@ -267,10 +261,8 @@ def _concurrency(bench, s: Settings) -> dict:
     cases += [("normal", lambda: nd.random.normal(shape=(s.compute_size,)), "normal"),
               ("dot", lambda: nd.dot(m, m), "dot")]
     for label, make, name in cases:
-        alone, together = microbench_host.concurrency(bench, make, CROWD_OPS, name)
+        alone, together = microbench_host.concurrency(bench, make, 4, name)
         out[label] = {"alone": alone, "together": together}
-    for x in xs:  # together, an output's buffer comes back after this many bytes of ops
-        out[f"elementwise {x.size}"]["reuse"] = CROWD_OPS * bench.workers * 8 * x.size
     # convolutions two at once: their im2col and col2im copies share the memory system, more so
     # the larger the images (a 64-channel 28x28 layer's gradients slow by a quarter, a 4x4 one's
     # not at all)
