@@ -73,11 +73,11 @@ _RESCAN = 32  # finished ops between two looks at every pending deletion (`_run_
 IDLE_SPIN_S = 50e-6  # an idle worker spins this long before it sleeps (the model's idle_spin)
 _NONE = np.empty(0, np.int64)
 _BLOCK = 256  # spans are read out of the table this many ops at a time
-# the fields an issue span and an exec span are made of, and those that say which a slot holds
+# the fields an issue span and an exec span are made of, and every field a read-out copies:
+# those and the two that say whether a slot's exec span is there to read
 _ISSUE_FIELDS = (t.F_NAME, t.F_OP, t.F_ISSUE, t.F_ISSUED)
 _EXEC_FIELDS = (t.F_WORKER, t.F_NAME, t.F_OP, t.F_START, t.F_END)
-_TRACED = (t.F_STATE, t.F_KIND, t.F_START, t.F_END, t.F_WORKER, t.F_OP, t.F_NAME, t.F_ISSUE,
-           t.F_ISSUED)
+_TRACED = tuple(dict.fromkeys((t.F_STATE, t.F_KIND, *_ISSUE_FIELDS, *_EXEC_FIELDS)))
 CAPACITY = 1 << 12  # ops the table holds: a push waits for the op `CAPACITY` before it (the
 # model's `Profile.table`)
 
