@@ -6,8 +6,10 @@ Predicts the scenario with this machine's calibrated profile (`realexec.calibrat
 `benchmarks/accuracy.py`'s sizes, measures it as that script does (a warm-up, then the run
 nearest the central total of three), and prints per op name the count and summed exec seconds of
 each, the frontend's issue and wait spans beside them, how many streaming ops ran on the worker of
-the product before them, then for `dot` the speed (GFLOP/s) of each distinct product (by its
-flops and transposes), predicted and measured. Reading aid for the
+the product before them, then per op name and size (bytes read plus written) the median exec
+time, predicted and measured, and measured apart for the ops whose first input was written on
+the same worker and on another one, then for `dot` the speed (GFLOP/s) of each distinct product
+(by its flops and transposes), predicted and measured. Reading aid for the
 accuracy table, not a target: one run, on a machine whose speed moves.
 """
 
@@ -52,6 +54,27 @@ def products(program, pred, meas) -> dict:
     return out
 
 
+def by_size(program, pred, meas) -> dict:
+    """(name, nbytes) -> [(predicted s, measured s, measured on the worker that wrote its first
+    input: True, False, or None when no op of the run wrote it)] for every exec span, by op id."""
+    spans = [{s.op_id: s for s in t.spans if s.kind == "exec"} for t in (pred, meas)]
+    writer: dict[int, int] = {}  # var -> the op that wrote it last
+    out = collections.defaultdict(list)
+    for op in sorted(program.ops, key=lambda o: o.id):
+        p, m = spans[0].get(op.id), spans[1].get(op.id)
+        if p is not None and m is not None:
+            source = spans[1].get(writer.get(op.reads[0], -1)) if op.reads else None
+            same = None if source is None else source.lane == m.lane
+            out[(op.name, op.nbytes)].append((p.duration, m.duration, same))
+        writer[op.out] = op.id
+    return out
+
+
+def _median_us(values) -> str:
+    values = list(values)
+    return f"{statistics.median(values) * 1e6:9.1f}" if values else f"{'-':>9s}"
+
+
 def same_worker(trace) -> tuple[int, int]:
     """(on the worker of the product or convolution that ended last before them, all): the
     streaming ops (`asyncsim.model.host`'s groups) that start after some product ended; the
@@ -93,6 +116,19 @@ def main() -> None:
     (ps, pt), (ms, mt) = same_worker(pred), same_worker(meas)
     print(f"\nstreaming ops on the worker of the product before them: predicted {ps} of {pt}, "
           f"measured {ms} of {mt}")
+    sizes = by_size(program, pred, meas)
+    print(f"\n{'exec by op and size':24s} {'MiB':>8s} {'n':>5s} {'pred us':>9s} {'meas us':>9s} "
+          f"{'ratio':>6s} {'same us':>9s} {'other us':>9s}")
+    ranked = sorted(sizes.items(), key=lambda kv: -sum(m for _, m, _ in kv[1]))
+    for (name, nbytes), rows in ranked[:args.top]:
+        pm = statistics.median(p for p, _, _ in rows)
+        mm = statistics.median(m for _, m, _ in rows)
+        print(f"{name:24s} {nbytes / 2**20:8.3f} {len(rows):5d} {pm * 1e6:9.1f} {mm * 1e6:9.1f} "
+              f"{mm / pm if pm else float('nan'):6.2f} "
+              f"{_median_us(m for _, m, same in rows if same is True)} "
+              f"{_median_us(m for _, m, same in rows if same is False)}")
+    print("(same / other: measured, the ops whose first input was written on the worker that "
+          "ran them / on another; - where none)")
     dots = products(program, pred, meas)
     if dots:
         print(f"\n{'dot (MFLOP, transposed)':34s} {'n':>4s} {'pred GFLOP/s':>13s} "
