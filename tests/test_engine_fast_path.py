@@ -22,8 +22,9 @@ from asyncsim.nd.frontend import ND, same_records
 from asyncsim.nd.program import Op, Program
 from asyncsim.nd.record import Recorder
 from realexec.cpu import kernels as cpu
-from realexec.engine.native import NativeEngine, _clear
+from realexec.engine.native import NativeEngine
 from realexec.engine.shutdown import EngineStopped
+from realexec.engine.spans import _clear
 from realexec.frontend import EngineBackend
 
 # every operator that takes `ND._same` with a fresh result

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from numba import njit
 
+from realexec.engine import sleep
 from realexec.engine import table as t
 from realexec.engine.atomics import cpu
 
@@ -34,7 +35,7 @@ def _spin_once(buf, s):
     """One idle round of a worker that just went idle, stopped at once by H_STOP; whether it
     counted itself a spinner."""
     buf[t.H_STOP] = 1
-    spinning = t.idle(s, 0, perf_counter_ns(), False)  # the compiled clock's, CLOCK_MONOTONIC
+    spinning = sleep.idle(s, 0, perf_counter_ns(), False)  # the compiled clock's, CLOCK_MONOTONIC
     buf[t.H_STOP] = 0
     return spinning
 
@@ -48,7 +49,7 @@ def test_a_push_wakes_a_sleeper_only_past_the_spinning_workers():
     assert buf[LANE + t.Q_FUTEX] == 0  # the spinner takes it: nobody woken
     assert _push(s, 1)
     assert buf[LANE + t.Q_FUTEX] == 1  # two queued, one spinner: the sleeper is woken
-    t.unspin(s, 0)
+    sleep.unspin(s, 0)
     assert buf[LANE + t.Q_SPINNERS] == 0
 
 
@@ -65,7 +66,7 @@ def test_an_idle_worker_does_not_spin_beside_an_awake_frontend():
         assert buf[LANE + t.Q_SPINNERS] == 0
         buf[t.H_SLEEPERS] = 1  # the frontend sleeps in a blocker: its core is free to spin on
         assert _spin_once(buf, s)
-        t.unspin(s, 0)
+        sleep.unspin(s, 0)
         buf[t.H_SLEEPERS] = 0
         buf[t.H_FRONT_CPU] = core + 1  # the frontend is elsewhere
         assert _spin_once(buf, s)

@@ -77,15 +77,15 @@ def test_wait_all_waits_for_the_release():
 def test_a_deletion_does_not_wait_for_an_earlier_one_whose_op_runs_long():
     """The compiled engine keeps pending deletions in the order of their last op; one whose ops
     finished comes back while an earlier one's op still runs, once enough ops have finished
-    (`native._RESCAN`), and the earlier one comes back when its op is done."""
-    from realexec.engine import native
+    (`frees._RESCAN`), and the earlier one comes back when its op is done."""
+    from realexec.engine import frees
 
     gate, released = threading.Event(), []
     with realexec.NativeEngine(workers=2) as engine:
         held, var, tail = engine.new_var("held"), engine.new_var("v"), engine.new_var("tail")
         engine.push(gate.wait, (), (held,))
         engine.delete_var(held, released.append, ("held",))
-        for _ in range(native._RESCAN):  # a chain on the other worker
+        for _ in range(frees._RESCAN):  # a chain on the other worker
             engine.push(lambda: None, (), (var, tail))
         engine.delete_var(var, released.append, ("v",))
         engine.wait_for_var(tail)  # the chain is done: its deletion comes back here

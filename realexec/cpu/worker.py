@@ -45,7 +45,7 @@ from realexec.cpu.loops import (
     sampler_bounds,
     scalar_flat,
 )
-from realexec.engine import placement
+from realexec.engine import placement, sleep
 from realexec.engine import table as t
 from realexec.engine.atomics import fetch_add, gemm, load, now_ns, pointer
 
@@ -224,7 +224,7 @@ def work(s, lane, worker):
             if placed:
                 placement.idle(s, worker)
             if spinning:
-                t.unspin(s, lane)
+                sleep.unspin(s, lane)
             return -1
         slot = t.pop(s, lane)
         if slot < 0:
@@ -234,10 +234,10 @@ def work(s, lane, worker):
             if placed:  # a sleeping worker that still held its core kept woken ones off it
                 placement.idle(s, worker)
                 placed = False
-            spinning = t.idle(s, lane, idle_since, spinning)
+            spinning = sleep.idle(s, lane, idle_since, spinning)
             continue
         if spinning:
-            t.unspin(s, lane)
+            sleep.unspin(s, lane)
             spinning = False
         # off a busy worker's core, where the OS may have woken or moved this thread
         placement.busy(s, worker)
@@ -277,9 +277,9 @@ def warm_native() -> None:
         t.finish_and_pop_python(s, 0, slot, 0)
         buf[t.H_STOP] = 1
         work(s, 0, 0)
-        t.wait(s, 1, 3, 0, 0)
-        t.wait(s, 0, 2, 0, 0)
-        t.wake_all(s, 1)
+        sleep.wait(s, 1, 3, 0, 0)
+        sleep.wait(s, 0, 2, 0, 0)
+        sleep.wake_all(s, 1)
         buf, s = t.new_state(16, 0)
     buf[t.H_STOP] = 1  # so the idle wait returns at once
-    t.idle(s, 0, 0, False)
+    sleep.idle(s, 0, 0, False)

@@ -8,8 +8,9 @@ elementwise kernels, bias adds, samplers and 2-d products (numpy BLAS, by addres
 Python object touched), stamps start and end, completes the op (dependents become ready, on any
 lane) and wakes a blocker only when one sleeps. An op the loop cannot run (a Python kernel:
 convolutions, reductions, a GPU lane's launch; or an op whose predecessor failed)
-comes back to the thread's Python code, which runs it with the GIL and goes back in. So small
-ops overlap each other and the frontend, as the chapters assume.
+comes back to the thread's Python code, which runs it with the GIL and goes back in
+(`realexec.engine.threads`). So small ops overlap each other and the frontend, as the chapters
+assume. Idle workers and blockers wait without the GIL (`realexec.engine.sleep`).
 
 Kept from `Engine` (`realexec.engine.core`), so either serves `realexec.session`: lanes
 (`add_lane`, GPU lanes are Python ops), `mode='sync'` (each op runs inside its push),
@@ -19,8 +20,8 @@ ops after it, in Python; `OpError` at the next blocker on a poisoned var and at 
 
 Differences, and why:
 - a var's deletion runs on the frontend thread, at a later push, blocker or `max_inflight` wait
-  once every op using the var is done: the pool is Python, and the workers never take the
-  GIL. Memory therefore comes back a few ops late, never early;
+  once every op using the var is done (`realexec.engine.frees`): the pool is Python, and the
+  workers never take the GIL. Memory therefore comes back a few ops late, never early;
 - a var's last-write token is the analysis's, so `Var` needs no queues; the var objects are
   `realexec.engine.deps.Var` (their `failure` and `data`), or anything hashable;
 - with `pin=True` CPU workers run the compiled loop pinned to a core each, so a woken worker
@@ -31,23 +32,19 @@ Differences, and why:
   `realexec.engine.placement`: 1.78-1.86x, as pinned.) A worker running Python
   ops is unpinned meanwhile: pinned beside the frontend, it contended with it for that core
   and the GIL, and 8.1's imperative MLP (products and a graph op) ran 40% slower. An idle
-  worker on the core the (awake) frontend pushes from does not spin (`table.idle`): pinned
+  worker on the core the (awake) frontend pushes from does not spin (`sleep.idle`): pinned
   there, it took the ops the other worker could have run, and a loop of small ops pushed one at
   a time ran at ~9 us an op, not ~5.5.
   Not the default: over three calibrated collections the model's error was no better pinned
   (median 9.2%, max 61%, against 8.6% and 47%), the model knowing nothing of placement;
 - the spans of the ops pushed here (each push's own "issue" span, and the "exec" span of each
-  native op) stay in the table: a push stamps its start and end there, and the frontend copies
-  them out in blocks of a few hundred ops (`_harvest`), as arrays. They become the log's tuples
-  only when the log is read (`flush`, `spans`): made per op on the push path, they cost 0.3-0.7
-  us of a 6 us `y = x + 1` (`benchmarks/overhead.py`, 2-core Xeon VM). Python ops' exec spans,
-  blockers' waits and sync mode's spans go to `log` as they happen. The table holds `cap` ops,
-  and a push that would reuse a slot whose op is unfinished waits for it.
+  native op) stay in the table until read out in blocks (`realexec.engine.spans`): made per op
+  on the push path, they cost 0.3-0.7 us of a 6 us `y = x + 1`. The table holds `cap` ops, and
+  a push that would reuse a slot whose op is unfinished waits for it.
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import os
 import threading
@@ -56,33 +53,24 @@ from time import perf_counter_ns
 import numpy as np
 
 from asyncsim.nd.deps import Deps
-from asyncsim.nd.trace import Span
-from realexec.cpu.worker import GEMM_ADDRESSES, PYTHON, run_native, seed_thread, work
-from realexec.engine import placement, shutdown
+from realexec.cpu.worker import GEMM_ADDRESSES, PYTHON, run_native
+from realexec.engine import placement, shutdown, sleep
 from realexec.engine import table as t
 from realexec.engine.core import FRONTEND, Lane, default_workers, settings
 from realexec.engine.deps import Failure, OpError, Var
+from realexec.engine.frees import FREE_POLL_NS, DeferredFrees
 from realexec.engine.shutdown import JOIN_S, EngineStopped
+from realexec.engine.spans import BLOCK, TableSpans
+from realexec.engine.threads import WorkerThreads
 
 _POLL_NS = 50_000_000  # a sleeping blocker returns to Python this often (Ctrl-C gets in)
-# ... and this often while dropped arrays wait for their ops, to give back what is done (waking
-# at every op finished instead took the GIL between every two ops of a worker's Python run:
-# 8.1's imperative MLP ran 4x slower)
-_FREE_POLL_NS = 1_000_000
-_RESCAN = 32  # finished ops between two looks at every pending deletion (`_run_frees`)
 IDLE_SPIN_S = 50e-6  # an idle worker spins this long before it sleeps (the model's idle_spin)
 _NONE = np.empty(0, np.int64)
-_BLOCK = 256  # spans are read out of the table this many ops at a time
-# the fields an issue span and an exec span are made of, and every field a read-out copies:
-# those and the two that say whether a slot's exec span is there to read
-_ISSUE_FIELDS = (t.F_NAME, t.F_OP, t.F_ISSUE, t.F_ISSUED)
-_EXEC_FIELDS = (t.F_WORKER, t.F_NAME, t.F_OP, t.F_START, t.F_END)
-_TRACED = tuple(dict.fromkeys((t.F_STATE, t.F_KIND, *_ISSUE_FIELDS, *_EXEC_FIELDS)))
 CAPACITY = 1 << 12  # ops the table holds: a push waits for the op `CAPACITY` before it (the
 # model's `Profile.table`)
 
 
-class NativeEngine(shutdown.Ending):
+class NativeEngine(WorkerThreads, DeferredFrees, TableSpans, shutdown.Ending):
     """Vars, pushes, a compiled op table and worker lanes. A context manager, or `close()`."""
 
     def __init__(self, workers: int | None = None, mode: str = "async",
@@ -95,7 +83,7 @@ class NativeEngine(shutdown.Ending):
         if capacity < 2 or capacity & (capacity - 1):
             raise ValueError(f"capacity must be a power of two, at least 2, got {capacity}")
         self.cap = capacity
-        self._harvest_every = min(2 * _BLOCK, capacity // 2)
+        self._harvest_every = min(2 * BLOCK, capacity // 2)
         self._buf, self.state = t.new_state(capacity, int(IDLE_SPIN_S * 1e9), default_workers(),
                                             GEMM_ADDRESSES)
         if not pin and hasattr(os, "sched_getaffinity"):  # (pinned workers stay put)
@@ -249,55 +237,6 @@ class NativeEngine(shutdown.Ending):
             self._run_frees()
         self._log.append((FRONTEND, "wait", "max_inflight", op_id, start, perf_counter_ns()))
 
-    def delete_var(self, var, fn=None, args=()) -> None:
-        """Call `fn(*args)` (give the var's memory back) once every op on `var` is done."""
-        users = self._deps.drop(var)  # in push order: the last is the largest token
-        if fn is None:
-            return
-        # below the low-water mark every op is done: no call per user (a free per op)
-        if not users or users[-1] < self._buf[t.H_LOW] or self._closed or all(
-                map(self._done, users)):
-            fn(*args)
-        else:
-            heapq.heappush(self._frees, (users[-1], next(self._free_seq), users, fn, args))
-
-    def _run_frees(self, every: bool = False) -> None:
-        """Give back the memory of deleted vars whose ops are all done (`every`: all of them,
-        nothing runs any more). The pending ones wait in the order of their last user's token,
-        which is about the order ops finish in, so a call looks at the ones it gives back and
-        at one more: a blocked frontend calls this every millisecond, and scanning every
-        pending deletion each time (a thousand, in a backlog of batches) took a fifth of a
-        core from the workers. Ops may finish far out of that order, though: without a blocker
-        per batch, the first batch's chain waits behind every batch's sampler, so its deletions
-        held those of the 49 batches after it for 150 ms, and the live memory stayed at its peak
-        until the end where the model's fell. So once `_RESCAN` more ops have finished since
-        the last look, every pending deletion is looked at (a scan per that many ops)."""
-        frees, done, buf = self._frees, self._done, self._buf
-        # read before the looks: an op finishing during them moves it, so the next push looks
-        # again (a finished op's state is written before H_DONE moves)
-        self._frees_seen = buf[t.H_DONE]
-        while frees and _finished(frees[0], every, buf, done):
-            _, _, _, fn, args = heapq.heappop(frees)
-            self._give_back(fn, args)
-        if frees and buf[t.H_DONE] - self._scanned >= _RESCAN:
-            self._scanned = buf[t.H_DONE]
-            kept = []
-            for entry in frees:
-                if _finished(entry, every, buf, done):
-                    self._give_back(entry[3], entry[4])
-                else:
-                    kept.append(entry)
-            if len(kept) < len(frees):
-                heapq.heapify(kept)
-                frees[:] = kept
-
-    def _give_back(self, fn, args) -> None:
-        try:
-            fn(*args)
-        except BaseException as exc:  # reported by wait_all, as a kernel's error would be
-            with self._lock:
-                self._failures.append(Failure("free", -1, exc))
-
     # -- blockers ------------------------------------------------------------------------------
     def wait_for_var(self, var) -> None:
         """Return when every write pushed on `var` so far has finished; OpError if poisoned."""
@@ -346,17 +285,17 @@ class NativeEngine(shutdown.Ending):
             raise EngineStopped(self._stopped)
         state = self.state
         try:
-            if t.wait(state, kind, target, self._spin_ns, 0):
+            if sleep.wait(state, kind, target, self._spin_ns, 0):
                 return
             self._asleep += 1
             try:
                 while True:
                     if self._frees:
-                        done = t.wait(state, kind, target, 0, _FREE_POLL_NS)
+                        done = sleep.wait(state, kind, target, 0, FREE_POLL_NS)
                         self._run_frees()
                         if done:
                             return
-                    elif t.wait(state, kind, target, 0, _POLL_NS):
+                    elif sleep.wait(state, kind, target, 0, _POLL_NS):
                         return
                     if self._stopped is not None:
                         raise EngineStopped(self._stopped)
@@ -365,141 +304,6 @@ class NativeEngine(shutdown.Ending):
         except KeyboardInterrupt:
             self._interrupted = True
             raise
-
-    # -- execution: the thread around the compiled loop, and the ops that come back to Python --
-    def _work(self, lane: Lane, label: str, index: int, thread_context=None,
-              core: int = -1) -> None:
-        if core >= 0:
-            os.sched_setaffinity(0, {core})  # this thread's (see `_cores`)
-        if thread_context is not None:
-            with thread_context():
-                return self._work(lane, label, index)
-        state, lane_index = self.state, self._lane_index[lane.name]
-        if lane.name == "cpu":  # a waker may steer it to a free core (GPU lanes stay put)
-            placement.register(state, index, threading.get_native_id())
-            # numba seeds a thread's random state from os.urandom, with the GIL, at its first
-            # use: here, so that no sampler in the loop waits for a GIL the frontend holds
-            seed_thread()
-        failed = t.at(0, t.F_FAILED)
-        free = set(self._cores)  # while it runs Python ops (see the module docstring)
-        while True:
-            slot = work(state, lane_index, index)  # lets the GIL go meanwhile
-            if slot < 0 or self._stopped is not None:
-                return
-            if core >= 0:
-                os.sched_setaffinity(0, free)
-            while slot >= 0:  # a run of Python ops, the GIL held throughout
-                if self._buf[failed + slot * t.STRIDE]:
-                    self._fail_python(slot)
-                    how = t.FAILED_INHERITED
-                else:
-                    how = t.FAILED_OWN if self._run_python(slot, label, lane.log) else 0
-                slot = t.finish_and_pop_python(state, lane_index, slot, how)
-                if self._stopped is not None:
-                    return
-            if core >= 0:
-                os.sched_setaffinity(0, {core})
-
-    def _run_python(self, slot: int, label: str, log: bool) -> bool:
-        """Run a Python op's kernel on this thread; True if it raised (its outputs poisoned)."""
-        name, op_id, reads, writes, fn, args = self._ops[slot]
-        start = perf_counter_ns()
-        try:
-            fn(*args)
-        except BaseException as exc:  # any error of a kernel belongs to its op
-            failure = Failure(name, op_id, exc)
-            self._poison(writes, failure)
-            with self._lock:
-                self._failures.append(failure)
-            if self._sync and isinstance(exc, KeyboardInterrupt):
-                raise  # Ctrl-C inside a sync-mode op is the user's, not the op's
-            return True
-        finally:
-            if log:
-                self._log.append((label, "exec", name, op_id, start, perf_counter_ns()))
-        return False
-
-    def _fail_python(self, slot: int) -> None:
-        """An op whose predecessor failed: it does not run; its outputs carry that failure."""
-        name, op_id, reads, writes, fn, args = self._ops[slot]
-        failure = self._inherited(reads, writes)
-        if failure is not None:
-            self._poison(writes, failure)
-
-    def _poison(self, writes, failure: Failure) -> None:
-        for v in writes:
-            if hasattr(v, "failure"):
-                v.failure = failure
-        self._tainted = True
-
-    @staticmethod
-    def _inherited(reads, writes) -> Failure | None:
-        for v in reads:
-            f = getattr(v, "failure", None)
-            if f is not None:
-                return f
-        for v in writes:
-            f = getattr(v, "failure", None)
-            if f is not None:
-                return f
-        return None
-
-    # -- trace -----------------------------------------------------------------------------------
-    def _harvest(self, token: int, beyond: bool = False) -> None:
-        """Copy the spans of the ops below the low-water mark (with `beyond`, of every op pushed:
-        the issue spans, and the exec spans of the finished native ops) out of the table into
-        `_blocks`, as arrays, and free the slots below the mark; first wait, if the slot that op
-        `token` needs still holds an op not read out. No Python object per op: the frontend
-        runs this every few hundred pushes, and `flush` makes the spans' tuples when the log is
-        read (why, in the module docstring)."""
-        if token - self.cap >= self._buf[t.H_LOW] and not self._closed:
-            self._wait(2, token - self.cap + 1)
-        lo, low = self._harvested, min(self._buf[t.H_LOW], token)
-        hi = self._next if beyond else low
-        if hi <= lo:
-            return
-        if self._trace is not False:
-            cap, state = self.cap, self.state
-            slots = np.arange(lo, hi) & (cap - 1)
-            cols = {f: t.column(state, cap, f)[slots] for f in _TRACED}
-            issued = cols[t.F_ISSUE] != 0
-            ran = ((cols[t.F_STATE] == t.DONE) & (cols[t.F_START] != 0)
-                   & (cols[t.F_KIND] != PYTHON))
-            # read: not again (`beyond` reads ops that a later harvest reads once more)
-            t.column(state, cap, t.F_ISSUE)[slots[issued]] = 0
-            t.column(state, cap, t.F_START)[slots[ran]] = 0
-            self._blocks.append(([cols[f][issued] for f in _ISSUE_FIELDS],
-                                 [cols[f][ran] for f in _EXEC_FIELDS]))
-            if self._trace is not True:  # a bounded log: keep no more than it would
-                self._spans_out()
-        _clear(self._ops, lo, low)
-        self._harvested = low
-
-    def _spans_out(self) -> None:
-        """Turn the blocks that `_harvest` copied out into the log's spans."""
-        blocks, self._blocks = self._blocks, []
-        names, labels, log = self._names, self._labels, self._log
-        for issues, execs in blocks:
-            log.extend([(FRONTEND, "issue", names[k], o, a, b) for k, o, a, b in zip(
-                *(c.tolist() for c in issues), strict=True)])
-            log.extend([(labels[w], "exec", names[k], o, a, b) for w, k, o, a, b in zip(
-                *(c.tolist() for c in execs), strict=True)])
-
-    def flush(self) -> None:
-        """Read the spans of every op pushed so far (of the native ops, of those finished) into
-        `log`."""
-        if not self._sync:
-            self._harvest(self._next, beyond=True)
-        self._spans_out()
-
-    def spans(self) -> list[Span]:
-        """Every span recorded so far, in seconds from `origin_ns`, ordered by start."""
-        self.flush()
-        t0 = self.origin_ns
-        spans = [Span(lane, name, op_id, (a - t0) * 1e-9, (b - t0) * 1e-9, kind)
-                 for lane, kind, name, op_id, a, b in list(self._log)]
-        spans.sort(key=lambda s: s.start)
-        return spans
 
     # -- shutdown --------------------------------------------------------------------------------
     def close(self, cancel: bool = False) -> None:
@@ -523,7 +327,7 @@ class NativeEngine(shutdown.Ending):
             self._stopped = (f"the engine was stopped with {self._next - self._buf[t.H_DONE]} "
                              f"op(s) unfinished")
         self._buf[t.H_STOP] = 1
-        t.wake_all(self.state, len(self.lanes))
+        sleep.wake_all(self.state, len(self.lanes))
         me = threading.current_thread()
         deadline = perf_counter_ns() + int(JOIN_S * 1e9)
         for lane in self.lanes.values():
@@ -568,29 +372,6 @@ def _cores() -> list[int]:
     if not hasattr(os, "sched_setaffinity"):
         return []
     return sorted(os.sched_getaffinity(0))
-
-
-def _clear(ops: list, lo: int, hi: int) -> None:
-    """Drop the records of tokens lo..hi-1 from `ops`, a ring of slots (token t in t % len)."""
-    cap = len(ops)
-    n = hi - lo
-    if n <= 0:
-        return
-    a = lo & (cap - 1)
-    if n >= cap:
-        ops[:] = [None] * cap
-    elif a + n <= cap:
-        ops[a:a + n] = [None] * n
-    else:  # wraps around the end of the ring
-        ops[a:] = [None] * (cap - a)
-        ops[:a + n - cap] = [None] * (a + n - cap)
-
-
-def _finished(entry, every: bool, buf, done) -> bool:
-    """Whether a pending deletion (`NativeEngine._frees`) can go: its last user is below the
-    low-water mark, or each of its users is done (`every`: nothing runs any more). A function,
-    not a closure: `_run_frees` runs on the push path, and made one per call."""
-    return every or entry[0] < buf[t.H_LOW] or all(map(done, entry[2]))
 
 
 def _done_in(buf, cap: int):

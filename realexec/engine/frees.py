@@ -1,0 +1,90 @@
+"""The compiled engine's deleted vars: their memory goes back once every op on them is done.
+
+A deleted var's buffer may go back to the pool only when every op touching it has finished
+(DESIGN.md's rule). MXNet pushes that deletion as one more write on the var; here the workers
+never take the GIL and the pool is Python, so the deletion runs on the frontend thread instead:
+`delete_var` gives the buffer back at once when the var's ops are done (below the low-water mark,
+or each of them done), and otherwise keeps it pending until a later push, blocker or
+`max_inflight` wait finds them done (`_run_frees`). Memory therefore comes back a few ops late,
+never early.
+
+`DeferredFrees` is a part of `realexec.engine.native.NativeEngine`, which sets the state its
+methods use: `_deps` (the dependency analysis, whose `drop` names a var's users), `_buf` (the
+table's counters, read through an array: `H_DONE`, `H_LOW`), `_done` (token -> finished),
+`_closed`, `_lock` and `_failures` (a failing give-back is reported by `wait_all`, as a kernel's
+error would be), and the pending deletions: `_frees` (a heap), `_free_seq`, `_scanned`,
+`_frees_seen`. Units: tokens (op numbers in push order).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from realexec.engine import table as t
+from realexec.engine.deps import Failure
+
+# a blocker waiting while deleted vars wait for their ops wakes this often, to give back what is
+# done (waking at every op finished instead took the GIL between every two ops of a worker's
+# Python run: 8.1's imperative MLP ran 4x slower)
+FREE_POLL_NS = 1_000_000
+_RESCAN = 32  # finished ops between two looks at every pending deletion (`_run_frees`)
+
+
+class DeferredFrees:
+    """`delete_var` and the pending deletions it leaves for later."""
+
+    def delete_var(self, var, fn=None, args=()) -> None:
+        """Call `fn(*args)` (give the var's memory back) once every op on `var` is done."""
+        users = self._deps.drop(var)  # in push order: the last is the largest token
+        if fn is None:
+            return
+        # below the low-water mark every op is done: no call per user (a free per op)
+        if not users or users[-1] < self._buf[t.H_LOW] or self._closed or all(
+                map(self._done, users)):
+            fn(*args)
+        else:
+            heapq.heappush(self._frees, (users[-1], next(self._free_seq), users, fn, args))
+
+    def _run_frees(self, every: bool = False) -> None:
+        """Give back the memory of deleted vars whose ops are all done (`every`: all of them,
+        nothing runs any more). The pending ones wait in the order of their last user's token,
+        which is about the order ops finish in, so a call looks at the ones it gives back and
+        at one more: a blocked frontend calls this every millisecond, and scanning every
+        pending deletion each time (a thousand, in a backlog of batches) took a fifth of a
+        core from the workers. Ops may finish far out of that order, though: without a blocker
+        per batch, the first batch's chain waits behind every batch's sampler, so its deletions
+        held those of the 49 batches after it for 150 ms, and the live memory stayed at its peak
+        until the end where the model's fell. So once `_RESCAN` more ops have finished since
+        the last look, every pending deletion is looked at (a scan per that many ops)."""
+        frees, done, buf = self._frees, self._done, self._buf
+        # read before the looks: an op finishing during them moves it, so the next push looks
+        # again (a finished op's state is written before H_DONE moves)
+        self._frees_seen = buf[t.H_DONE]
+        while frees and _finished(frees[0], every, buf, done):
+            _, _, _, fn, args = heapq.heappop(frees)
+            self._give_back(fn, args)
+        if frees and buf[t.H_DONE] - self._scanned >= _RESCAN:
+            self._scanned = buf[t.H_DONE]
+            kept = []
+            for entry in frees:
+                if _finished(entry, every, buf, done):
+                    self._give_back(entry[3], entry[4])
+                else:
+                    kept.append(entry)
+            if len(kept) < len(frees):
+                heapq.heapify(kept)
+                frees[:] = kept
+
+    def _give_back(self, fn, args) -> None:
+        try:
+            fn(*args)
+        except BaseException as exc:  # reported by wait_all, as a kernel's error would be
+            with self._lock:
+                self._failures.append(Failure("free", -1, exc))
+
+
+def _finished(entry, every: bool, buf, done) -> bool:
+    """Whether a pending deletion (`DeferredFrees._frees`) can go: its last user is below the
+    low-water mark, or each of its users is done (`every`: nothing runs any more). A function,
+    not a closure: `_run_frees` runs on the push path, and made one per call."""
+    return every or entry[0] < buf[t.H_LOW] or all(map(done, entry[2]))

@@ -1,0 +1,109 @@
+"""The compiled engine's spans: read out of its op table in blocks, made into tuples when read.
+
+A push stamps its own "issue" span (start and end) in its op's record, and a compiled worker
+stamps each native op's "exec" span there too. The frontend copies both out of the table in
+blocks of a few hundred ops (`_harvest`, every `2 * BLOCK` pushes, and before a slot is
+reused), as numpy arrays, and frees those slots' Python records; the log's tuples are made only
+when the log is read (`flush`, `spans`). Made per op on the push path, they cost 0.3-0.7 us of a
+6 us `y = x + 1` (`benchmarks/overhead.py`, 2-core Xeon VM). Python ops' exec spans, blockers'
+waits and sync mode's spans go to the log as they happen.
+
+`TableSpans` is a part of `realexec.engine.native.NativeEngine`, which sets the state its
+methods use: the table (`state`, `_buf`, `cap`), the Python records of its slots (`_ops`), the
+next token (`_next`) and the tokens read out so far (`_harvested`), `_trace`, `_log` and the
+blocks not yet in it (`_blocks`), the op names and lane labels that the table stores as numbers
+(`_names`, `_labels`), `origin_ns`, `_sync`, `_closed` and `_wait`. Units: nanoseconds
+(perf_counter_ns) in the table and the log, seconds in `spans`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from asyncsim.nd.trace import Span
+from realexec.cpu.worker import PYTHON
+from realexec.engine import table as t
+from realexec.engine.core import FRONTEND
+
+BLOCK = 256  # spans are read out of the table this many ops at a time
+# the fields an issue span and an exec span are made of, and every field a read-out copies:
+# those and the two that say whether a slot's exec span is there to read
+_ISSUE_FIELDS = (t.F_NAME, t.F_OP, t.F_ISSUE, t.F_ISSUED)
+_EXEC_FIELDS = (t.F_WORKER, t.F_NAME, t.F_OP, t.F_START, t.F_END)
+_TRACED = tuple(dict.fromkeys((t.F_STATE, t.F_KIND, *_ISSUE_FIELDS, *_EXEC_FIELDS)))
+
+
+class TableSpans:
+    """Reading the spans the table holds into the engine's log."""
+
+    def _harvest(self, token: int, beyond: bool = False) -> None:
+        """Copy the spans of the ops below the low-water mark (with `beyond`, of every op pushed:
+        the issue spans, and the exec spans of the finished native ops) out of the table into
+        `_blocks`, as arrays, and free the slots below the mark; first wait, if the slot that op
+        `token` needs still holds an op not read out. No Python object per op: the frontend
+        runs this every few hundred pushes, and `flush` makes the spans' tuples when the log is
+        read (why, in the module docstring)."""
+        if token - self.cap >= self._buf[t.H_LOW] and not self._closed:
+            self._wait(2, token - self.cap + 1)
+        lo, low = self._harvested, min(self._buf[t.H_LOW], token)
+        hi = self._next if beyond else low
+        if hi <= lo:
+            return
+        if self._trace is not False:
+            cap, state = self.cap, self.state
+            slots = np.arange(lo, hi) & (cap - 1)
+            cols = {f: t.column(state, cap, f)[slots] for f in _TRACED}
+            issued = cols[t.F_ISSUE] != 0
+            ran = ((cols[t.F_STATE] == t.DONE) & (cols[t.F_START] != 0)
+                   & (cols[t.F_KIND] != PYTHON))
+            # read: not again (`beyond` reads ops that a later harvest reads once more)
+            t.column(state, cap, t.F_ISSUE)[slots[issued]] = 0
+            t.column(state, cap, t.F_START)[slots[ran]] = 0
+            self._blocks.append(([cols[f][issued] for f in _ISSUE_FIELDS],
+                                 [cols[f][ran] for f in _EXEC_FIELDS]))
+            if self._trace is not True:  # a bounded log: keep no more than it would
+                self._spans_out()
+        _clear(self._ops, lo, low)
+        self._harvested = low
+
+    def _spans_out(self) -> None:
+        """Turn the blocks that `_harvest` copied out into the log's spans."""
+        blocks, self._blocks = self._blocks, []
+        names, labels, log = self._names, self._labels, self._log
+        for issues, execs in blocks:
+            log.extend([(FRONTEND, "issue", names[k], o, a, b) for k, o, a, b in zip(
+                *(c.tolist() for c in issues), strict=True)])
+            log.extend([(labels[w], "exec", names[k], o, a, b) for w, k, o, a, b in zip(
+                *(c.tolist() for c in execs), strict=True)])
+
+    def flush(self) -> None:
+        """Read the spans of every op pushed so far (of the native ops, of those finished) into
+        `log`."""
+        if not self._sync:
+            self._harvest(self._next, beyond=True)
+        self._spans_out()
+
+    def spans(self) -> list[Span]:
+        """Every span recorded so far, in seconds from `origin_ns`, ordered by start."""
+        self.flush()
+        t0 = self.origin_ns
+        spans = [Span(lane, name, op_id, (a - t0) * 1e-9, (b - t0) * 1e-9, kind)
+                 for lane, kind, name, op_id, a, b in list(self._log)]
+        spans.sort(key=lambda s: s.start)
+        return spans
+
+
+def _clear(ops: list, lo: int, hi: int) -> None:
+    """Drop the records of tokens lo..hi-1 from `ops`, a ring of slots (token t in t % len)."""
+    cap = len(ops)
+    n = hi - lo
+    if n <= 0:
+        return
+    a = lo & (cap - 1)
+    if n >= cap:
+        ops[:] = [None] * cap
+    elif a + n <= cap:
+        ops[a:a + n] = [None] * n
+    else:  # wraps around the end of the ring
+        ops[a:] = [None] * (cap - a)
+        ops[:a + n - cap] = [None] * (a + n - cap)
