@@ -1,4 +1,4 @@
-"""Where an op's data sits, and what that costs: one kernel timed with its buffers in six places.
+"""Where an op's data sits, and what that costs: one kernel timed with its buffers in seven places.
 
     python benchmarks/cache_places.py [--rounds 3] [--rows 128 1024]
 
@@ -32,6 +32,12 @@ beyond the last-level cache (`Profile.llc`) more, at `Profile.dram`, and nothing
 or a sampler, whose compute it takes to hide the memory; the model's warm time is the profile's
 cost of the op. The range column is over the rounds: where it is wide, the place is not one
 state (the other core's writes, read back, took 80 us in one round and 228 us in another).
+Then the last-level cache's edge as calibration measures it (`realexec.calibration.caches`:
+`x + 1` on 8 MiB, the output cycling through k buffers, x warm), for k up to 65 (1 GiB gone
+through between two touches of a buffer, where calibration stops at 33): each k's median op in
+each of three sweeps, the fastest of them (calibration's statistic) and their median, and the
+`llc` and `dram` that `caches.fit` derives from calibration's k and from every k.
+
 Ratios are measured side by side in one run, with the machine; nothing is asserted. Units:
 microseconds. Memory: about 1.1 GiB.
 """
@@ -50,6 +56,7 @@ import time
 import numpy as np
 
 import asyncsim
+from realexec.calibration import caches
 from realexec.calibration.calibrate import calibrate
 from realexec.cpu.kernels import KERNELS
 from realexec.frontend import machine
@@ -116,6 +123,46 @@ def program_ops(rows: int) -> dict:
     with contextlib.redirect_stdout(io.StringIO()):
         program = asyncsim.record(workload)
     return {op.name: op for op in program.ops}
+
+
+EDGE_ELEMENTS = 2**21  # calibration's sweep: 8 MiB float32 arrays
+EDGE_BUFFERS = (1, 2, 3, 5, 9, 17, 33, 65)
+CALIBRATION_MAX = 33  # the largest k calibration sweeps
+
+
+def edge(junk: np.ndarray, rounds: int, sweeps: int = 3) -> dict:
+    """{k: [each sweep's median seconds]} of calibration's sweep with outputs cut from `junk`."""
+    x = np.ones(EDGE_ELEMENTS, np.float32)
+    outs = [junk[i * EDGE_ELEMENTS:(i + 1) * EDGE_ELEMENTS] for i in range(max(EDGE_BUFFERS))]
+    seconds: dict[int, list[float]] = {k: [] for k in EDGE_BUFFERS}
+    for _ in range(sweeps):
+        for k in EDGE_BUFFERS:
+            times = []
+            for r in range(rounds + 1):
+                for out in outs[:k]:
+                    start = time.perf_counter()
+                    np.add(x, 1.0, out=out)
+                    if r:
+                        times.append(time.perf_counter() - start)
+            seconds[k].append(statistics.median(times))
+    return seconds
+
+
+def print_edge(junk: np.ndarray, rounds: int) -> None:
+    seconds = edge(junk, rounds)
+    op_bytes = 2 * EDGE_ELEMENTS * 4
+    print("\nthe last-level cache's edge: x + 1 on 8 MiB, the output cycling through k buffers")
+    print(f"{'k':>4s} {'gone through':>13s} {'fastest us':>11s} {'median us':>10s}")
+    for k, values in seconds.items():
+        print(f"{k:4d} {(k - 1) * op_bytes / 2**20:9.0f} MiB {min(values) * 1e6:11.1f} "
+              f"{statistics.median(values) * 1e6:10.1f}")
+    for label, ks, pick in (("calibration's (k <= 33, fastest)",
+                             [k for k in EDGE_BUFFERS if k <= CALIBRATION_MAX], min),
+                            ("every k, median", list(EDGE_BUFFERS), statistics.median)):
+        found = caches.fit({"elements": EDGE_ELEMENTS, "buffers": ks,
+                            "seconds": [pick(seconds[k]) for k in ks]})
+        print(f"caches.fit on {label}: llc {found['llc'] / 2**20:.0f} MiB, "
+              f"dram {found['dram'] / 1e9:.1f} GB/s")
 
 
 def main() -> None:
@@ -186,6 +233,7 @@ def main() -> None:
                 span = f"{min(rounds[place]) * 1e6:.1f}-{max(rounds[place]) * 1e6:.1f}"
                 print(f"{place:28s} {med * 1e6:8.1f} {span:>15s} {statistics.median(ratios):7.2f} "
                       f"{(warm_model + extra) * 1e6:9.1f} {(warm_model + extra) / warm_model:7.2f}")
+    print_edge(junk, args.rounds)
 
 
 if __name__ == "__main__":
