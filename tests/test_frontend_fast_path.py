@@ -1,6 +1,7 @@
 """The frontend's fast path (`ND._same`, taken by arithmetic with a scalar or an array of the same
-shape, relu, copy and negation) builds exactly the Op and Var that the general, checking path
-(`ND._op` through `ops.infer`) builds for the same call, and only for ops of `ops.SAME_SHAPE`.
+shape, the activations (as methods and `nd` functions), copy and negation) builds exactly the Op
+and Var that the general, checking path (`ND._op` through `ops.infer`) builds for the same call,
+and only for ops of `ops.SAME_SHAPE`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ CASES = [
     (lambda a, b: 4 / a, "rdiv_scalar", "a", {"scalar": 4.0}, False),
     (lambda a, b: -a, "mul_scalar", "a", {"scalar": -1.0}, False),
     (lambda a, b: a.relu(), "relu", "a", {}, False),
+    (lambda a, b: a.nd.relu(a), "relu", "a", {}, False),
+    (lambda a, b: a.nd.sigmoid(a), "sigmoid", "a", {}, False),
+    (lambda a, b: a.nd.tanh(a), "tanh", "a", {}, False),
+    (lambda a, b: a.nd.Activation(a, act_type="relu"), "relu", "a", {}, False),
     (lambda a, b: a.copy(), "copy", "a", {}, False),
     (lambda a, b: a + b, "add", "ab", {}, False),
     (lambda a, b: a - b, "sub", "ab", {}, False),

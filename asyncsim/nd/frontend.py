@@ -18,9 +18,9 @@ does: `ND._same` then hands it its ops without building their records (the compi
 keeps none, and building and reading them cost it 0.7 us of a 7 us op).
 
 This is the real engine's push path too, so it is written for speed (about 1 us per op):
-arithmetic with a number, or with an array of the same shape, dtype and device, and relu and
-copy, take `ND._same`, which has nothing left to infer (`ops.SAME_SHAPE`); everything else goes
-through `ND._op` and `ops.infer`.
+arithmetic with a number, or with an array of the same shape, dtype and device, copy and the
+activations (relu, sigmoid, tanh, as methods or `nd` functions) take `ND._same`, which has
+nothing left to infer (`ops.SAME_SHAPE`); everything else goes through `ND._op` and `ops.infer`.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from asyncsim.nd.ndarray import CPU, Context, NDArray, _dtype, _scalar
 from asyncsim.nd.program import Op, Var
 
 _TAPE = autograd.STATE  # read once per op: is autograd recording?
+_ACTIVATIONS = frozenset({"relu", "sigmoid", "tanh"})  # `invoke` gives these to `_same`
 _ITEMSIZE = ops.ITEMSIZE
 
 
@@ -120,13 +121,21 @@ class ND(Functions):
 
     # -- functions -----------------------------------------------------------------------------
     def relu(self, a: NDArray) -> NDArray:
+        if a.__class__ is NDArray and a.nd is self:  # `a.relu()`'s fast path
+            return self._same("relu", (a,), {})
         return self._op("relu", (a,), {})
 
     def invoke(self, name: str, *inputs, out=None, **attrs) -> NDArray:
         """Issue op `name` of `asyncsim.nd.ops` on `inputs` with `attrs` (into `out` for an
-        in-place op): how gradients and layers reach ops that have no method of their own."""
+        in-place op): how gradients and layers reach ops that have no method of their own.
+        An activation of one array of this nd takes `_same` (Gluon's `Dense` and `Activation`
+        come here once per layer)."""
         if name in ops.INPLACE and out is None:
             out = inputs[0]
+        if name in _ACTIVATIONS and out is None and len(inputs) == 1 and not attrs:
+            a = inputs[0]
+            if a.__class__ is NDArray and a.nd is self:
+                return self._same(name, inputs, {})
         return self._op(name, tuple(inputs), attrs, out=out)
 
     def note(self, kind: str) -> None:
