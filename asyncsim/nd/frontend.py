@@ -173,8 +173,8 @@ class ND(Functions):
     # This is the push path of the real engine too, so it is written for speed: one pass over
     # the inputs, no sets, the per-array facts (device, bytes) read from the NDArray's slots.
     def _op(self, name, inputs, attrs, ctx=None, out=None, host=None) -> NDArray:
-        """Check the call (inputs, devices, then shapes and dtypes through `ops.infer`), build
-        the Op (and the Var of a fresh output), issue it; the result's handle."""
+        """Check the call (inputs, devices, then shapes and dtypes through `ops.describe`),
+        build the Op (and the Var of a fresh output), issue it; the result's handle."""
         in_bytes = 0
         for a in inputs:
             if a.__class__ is not NDArray or a.nd is not self:
@@ -193,14 +193,13 @@ class ND(Functions):
         else:
             self._check_ctx(ctx)
         shapes = tuple([a.shape for a in inputs])
-        shape, dtype = ops.infer(name, shapes, tuple([a.dtype for a in inputs]), attrs)
+        shape, dtype, nbytes, flops, geometry = ops.describe(
+            name, shapes, tuple([a.dtype for a in inputs]), attrs)
         op_id = next(self._op_ids)
         if name in ("uniform", "normal"):
             attrs["seed"] = self._seed * 1_000_003 + op_id
-        geometry = ops.geometry(name, shapes, attrs) if name in ops.GEOMETRY else ""
-        return self._build(op_id, name, inputs, attrs, ctx, ctx.device, shape, dtype,
-                           ops.nbytes(shape, dtype), in_bytes, ops.flops(name, shapes, shape),
-                           out, host, geometry)
+        return self._build(op_id, name, inputs, attrs, ctx, ctx.device, shape, dtype, nbytes,
+                           in_bytes, flops, out, host, geometry)
 
     def _same(self, name, inputs, attrs, out=None) -> NDArray:
         """The fast path of `_op` for an op of `ops.SAME_SHAPE`, called by NDArray's own methods

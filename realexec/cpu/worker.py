@@ -24,6 +24,8 @@ op record; the engine turns them into "exec" spans.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numba import carray, njit
 
@@ -67,6 +69,10 @@ assert {*_SCALAR_OPS, *_BINARY_OPS, *_FILLS, *_SAMPLERS, "relu", "full", "dot"} 
 
 def native_op(name: str, attrs: dict, shapes) -> tuple[int, int, float] | None:
     """(kind, code, scalar) of an op this worker runs itself, or None. `shapes`: the inputs'."""
+    if name == "dot":
+        if GEMM_ADDRESSES is None or len(shapes) != 2:
+            return None
+        return _gemm(attrs, *shapes)
     code = _SCALAR_OPS.get(name)
     if code is not None:
         return SCALAR, code, float(attrs["scalar"])
@@ -88,16 +94,18 @@ def native_op(name: str, attrs: dict, shapes) -> tuple[int, int, float] | None:
     code = _SAMPLERS.get(name)
     if code is not None:  # its seed and second bound: `random_fields`
         return RANDOM, code, sampler_bounds(name, attrs)[0]
-    if name == "dot" and GEMM_ADDRESSES is not None and len(shapes) == 2:
-        return _gemm(attrs, *shapes)
     return None
 
 
 def _gemm(attrs, a, b):
     """(GEMM, transposes, packed sizes) of a 2-d product, or None (empty, too large, or 1-d)."""
+    return _gemm_of(bool(attrs.get("transpose_a")), bool(attrs.get("transpose_b")), a, b)
+
+
+@functools.lru_cache(maxsize=1024)  # a loop pushes the same few products: 0.4 us -> 0.1
+def _gemm_of(ta: bool, tb: bool, a: tuple, b: tuple):
     if len(a) != 2 or len(b) != 2:
         return None
-    ta, tb = bool(attrs.get("transpose_a")), bool(attrs.get("transpose_b"))
     m, k = (a[1], a[0]) if ta else a
     n = b[0] if tb else b[1]
     sizes = packed(m, k, n) if m and k and n else None
