@@ -122,3 +122,40 @@ def test_a_push_looks_at_pending_deletions_only_after_an_op_finished(monkeypatch
         engine.delete_var(previous, released.append, (39,))
         engine.wait_all()
         assert sorted(released) == list(range(40))
+
+
+def test_a_backlog_of_deletions_is_looked_at_once_per_share_of_it():
+    """With more deletions pending than `_SHARE` x `_RESCAN`, the look at every one of them waits
+    for a `_SHARE`th of their number of finished ops (not `_RESCAN`), so a backlog costs a
+    bounded number of looks per finished op; the ones it finds done come back then, the one
+    whose op still runs stays."""
+    import itertools
+    from array import array
+
+    from realexec.engine import frees
+    from realexec.engine import table as t
+
+    class Frontend(frees.DeferredFrees):
+        """The state `DeferredFrees` reads, with a set of finished tokens for the table."""
+
+        def __init__(self):
+            self._buf = array("q", bytes(8 * 64))
+            self.finished: set[int] = set()
+            self._done = self.finished.__contains__
+            self._deps = type("Users", (), {"drop": staticmethod(lambda users: users)})()
+            self._frees, self._free_seq = [], itertools.count()
+            self._scanned, self._frees_seen = 0, -1
+            self._closed, self._lock, self._failures = False, threading.RLock(), []
+
+    front, back = Frontend(), []
+    front.delete_var([0], back.append, ("held",))  # its op never finishes: the heap's top
+    n = frees._SHARE * 2 * frees._RESCAN
+    for token in range(1, n + 1):
+        front.delete_var([token], back.append, (token,))
+    front.finished.update(range(1, n + 1))
+    front._buf[t.H_DONE] = frees._RESCAN
+    front._run_frees()
+    assert back == [] and len(front._frees) == n + 1  # a look now would have freed them all
+    front._buf[t.H_DONE] = (n + 1) // frees._SHARE
+    front._run_frees()
+    assert sorted(back) == list(range(1, n + 1)) and [e[4] for e in front._frees] == [("held",)]
