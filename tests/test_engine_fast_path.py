@@ -180,6 +180,30 @@ def test_a_small_table_reads_every_span_out_once():
     backend.close()
 
 
+def test_a_frontend_ahead_of_its_workers_reads_spans_out_every_few_pushes_not_every_push():
+    """While a held op keeps the low-water mark still, pushes past a block's worth look at the
+    table once per `spans.RECHECK` pushes (each look copied out the few ops done since, at every
+    push, before), and still every span is read out once the ops ran."""
+    from realexec.engine import spans
+
+    with NativeEngine(workers=1, capacity=1024) as engine:
+        looks = []
+        harvest = engine._harvest
+        engine._harvest = lambda token, beyond=False: (looks.append(token),
+                                                        harvest(token, beyond))[1]
+        gate, held = threading.Event(), engine.new_var("held")
+        engine.push(gate.wait, (), (held,), name="gate", op_id=0)
+        pushes = engine._harvest_every + 8 * spans.RECHECK
+        for i in range(1, pushes):
+            engine.push(_nothing, (held,), (engine.new_var(i),), name="op", op_id=i)
+        assert 1 <= len(looks) <= 9
+        gate.set()
+        engine.wait_all()
+        engine.flush()
+        execs = sorted(e[3] for e in engine.log if e[1] == "exec")
+    assert execs == list(range(pushes))
+
+
 def test_issue_spans_are_read_out_once_however_often_the_log_is_read():
     """Each push stamps its issue span in the table, on the clock the frontend reads. Reading
     the log while the ops still wait behind a held one gives all their issue spans; reading it

@@ -93,6 +93,7 @@ class NativeEngine(WorkerThreads, DeferredFrees, TableSpans, shutdown.Ending):
         self._ops: list = [None] * capacity  # per slot: (name, op_id, reads, writes, fn, args)
         self._next = 0  # the next op's token
         self._harvested = 0  # ops below this token have been read out of the table
+        self._next_harvest = self._harvest_every  # the push that reads spans out next
         # deleted vars waiting for their ops: a heap of (last user's token, seq, users, fn, args)
         self._frees: list = []
         self._free_seq = itertools.count()  # ties: in order of deletion
@@ -172,7 +173,7 @@ class NativeEngine(WorkerThreads, DeferredFrees, TableSpans, shutdown.Ending):
         token = self._next
         if self.max_inflight is not None and token - self._buf[t.H_DONE] >= self.max_inflight:
             self.throttle(name, op_id)
-        if token - self._harvested >= self._harvest_every and not self._sync:
+        if token >= self._next_harvest and not self._sync:
             self._harvest(token)
         if self._frees and self._buf[t.H_DONE] != self._frees_seen:
             self._run_frees()

@@ -26,6 +26,7 @@ from realexec.engine import table as t
 from realexec.engine.core import FRONTEND
 
 BLOCK = 256  # spans are read out of the table this many ops at a time
+RECHECK = 64  # pushes between two read-outs while the workers lag behind the frontend
 # the fields an issue span and an exec span are made of, and every field a read-out copies:
 # those and the two that say whether a slot's exec span is there to read
 _ISSUE_FIELDS = (t.F_NAME, t.F_OP, t.F_ISSUE, t.F_ISSUED)
@@ -46,6 +47,10 @@ class TableSpans:
         if token - self.cap >= self._buf[t.H_LOW] and not self._closed:
             self._wait(2, token - self.cap + 1)
         lo, low = self._harvested, min(self._buf[t.H_LOW], token)
+        # the next read-out: a block's worth of ops later, or `RECHECK` pushes later while the
+        # workers lag (it was every push then, each copying out the few ops done since), but
+        # before a push could need a slot whose op is not done
+        self._next_harvest = min(max(low + self._harvest_every, token + RECHECK), low + self.cap)
         hi = self._next if beyond else low
         if hi <= lo:
             return
