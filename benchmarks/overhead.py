@@ -12,6 +12,10 @@ to back, and the printed ratio is the engine's share of the baseline's speed (1.
    waitall, so it also counts the Python work the worker does per op (a frontend that pushes
    tiny ops keeps the GIL, so the worker mostly runs them after the loop); "engine.push" pushes
    no-op callables queued behind a held op, 1000 at a time (the engine's bookkeeping alone).
+   Then the pushes of a training loop's other ops on the compiled engine, with the worker
+   draining: an activation as an `nd` function, a product with a transposed weight, a bias add
+   and a dense layer (`nd.FullyConnected`: the product and the bias add), on arrays of a few
+   elements.
 2. y = x + 1 on 2000x2000 against np.copyto of the same bytes: with a wait_to_read each
    iteration (t1 + t2 + t3 each time), and pipelined (max_inflight=2, one waitall at the end).
 3. dot 2000x2000 (one worker, BLAS with every core) against np.dot.
@@ -82,6 +86,28 @@ def nd_per_op(nd, n: int, drain: bool = False) -> float:
     return elapsed / n
 
 
+# ops the frontend issues through its general path (`ND._op`), and an activation through the fast
+# one: a training loop's pushes, on arrays small enough that the kernel costs nothing
+KINDS = {"nd.relu(x)": lambda nd, x, m, w, b: nd.relu(x),
+         "nd.dot(m, w.T)": lambda nd, x, m, w, b: nd.dot(m, w, transpose_b=True),
+         "x + b, a bias add": lambda nd, x, m, w, b: x + b,
+         "nd.FullyConnected(m, w, b)": lambda nd, x, m, w, b: nd.FullyConnected(m, w, b)}
+
+
+def kind_per_op(nd, call, n: int) -> float:
+    """Seconds per `call(nd, x, m, w, b)` (x (2, 3), m (2, 4), w (3, 4), b (3,)), the worker
+    draining: the loop and the final waitall."""
+    x, m, w, b = nd.ones((2, 3)), nd.ones((2, 4)), nd.ones((3, 4)), nd.ones((3,))
+    nd.waitall()
+    start = time.perf_counter()
+    for _ in range(n):
+        y = call(nd, x, m, w, b)
+    nd.waitall()
+    elapsed = time.perf_counter() - start
+    del y
+    return elapsed / n
+
+
 def push_overhead(n: int) -> dict:
     a = np.ones((1, 2), np.float32)
     start = time.perf_counter()
@@ -98,6 +124,10 @@ def push_overhead(n: int) -> dict:
                 out[f"{engine}: issue span, {mode}"] = statistics.median(issues)
                 if mode == "async":
                     out[f"{engine}: nd per op, async + drain"] = nd_per_op(nd, n, drain=True)
+                if mode == "async" and engine == "native":
+                    for kind, call in KINDS.items():
+                        kind_per_op(nd, call, n // 10)  # the kernels compiled, the pool warm
+                        out[f"native: {kind}, async + drain"] = kind_per_op(nd, call, n)
         # as in a session, the objects that exist now stay out of the GC's full collections
         with frozen_gc(), ENGINES[engine](workers=1) as eng:
             held, target = eng.new_var(), eng.new_var()
