@@ -47,6 +47,24 @@ def size_class(nbytes: int) -> int:
     return -(-nbytes // _LARGE_STEP) * _LARGE_STEP
 
 
+def make_room(spare: dict, last_given: dict, size: int, over: int) -> tuple[list, int]:
+    """Take `over` bytes out of a full pool, as realexec's buffer cache and this model's pool
+    both do: from `spare` (size class -> its buffers, oldest first) the oldest buffers of the
+    size classes given back least recently (`last_given`: size class -> when), never of class
+    `size`, the one being given back. Returns the buffers taken out and the bytes they held
+    (less than `over` where the other classes hold less)."""
+    taken, freed = [], 0
+    for _, other in sorted((last_given.get(k, 0), k) for k, items in spare.items()
+                           if items and k != size):
+        items = spare[other]
+        while items and freed < over:
+            taken.append(items.pop(0))
+            freed += other
+        if freed >= over:
+            break
+    return taken, freed
+
+
 class LastLevelCache:
     """Byte clock, buffers' last touches and the pool's given-back buffers of one run."""
 
@@ -85,12 +103,9 @@ class LastLevelCache:
         self.given += 1
         self.last_given[size] = self.given
         if self.spare_bytes + size > POOL_BYTES:
-            for _, other in sorted((self.last_given.get(k, 0), k)
-                                   for k, stack in self.spare.items() if stack and k != size):
-                stack = self.spare[other]
-                while stack and self.spare_bytes + size > POOL_BYTES:
-                    stack.pop(0)  # its oldest first
-                    self.spare_bytes -= other
+            _, freed = make_room(self.spare, self.last_given, size,
+                                 self.spare_bytes + size - POOL_BYTES)
+            self.spare_bytes -= freed
         if self.spare_bytes + size <= POOL_BYTES:
             self.spare.setdefault(size, []).append(when)
             self.spare_bytes += size
@@ -124,4 +139,4 @@ class LastLevelCache:
         return cold * max(0.0, 1.0 / self.dram - pace)
 
 
-__all__ = ["LastLevelCache", "size_class"]
+__all__ = ["LastLevelCache", "make_room", "size_class"]

@@ -45,7 +45,8 @@ from time import perf_counter_ns
 
 import numpy as np
 
-from asyncsim.model.caches import size_class  # the model reuses buffers as this pool does
+# the model reuses buffers, and makes room in a full pool, as this pool does
+from asyncsim.model.caches import make_room, size_class
 
 _MIB = 1 << 20
 _WHOLE = slice(None)  # made once: a slice made inside a lock could start a collection
@@ -258,17 +259,11 @@ class Pool:
         pages in at every op and took 283-290 ms, 138-139 ms with this (2-core Xeon VM). A
         rare path, so it may make objects inside the lock (see above); the buffers it drops
         are freed after the lock is let go."""
-        cache, dropped = self.cache, []
+        cache = self.cache
         with cache.lock:
-            order = sorted((cache.last_release.get(other, 0), other)
-                           for other, free in cache.free.items() if free and other != size)
-            for _, other in order:
-                free = cache.free[other]
-                while free and cache.cached_bytes + size > cache.max_bytes:
-                    dropped.append(free.pop(0))
-                    cache.cached_bytes -= other
-                if cache.cached_bytes + size <= cache.max_bytes:
-                    break
+            dropped, freed = make_room(cache.free, cache.last_release, size,
+                                       cache.cached_bytes + size - cache.max_bytes)
+            cache.cached_bytes -= freed
             if cache.cached_bytes + size <= cache.max_bytes:
                 cache.free.setdefault(size, []).append(array)
                 cache.cached_bytes += size
