@@ -59,7 +59,7 @@ class DeferredFrees:
         the last look, and at least a `_SHARE`th as many as deletions are pending, every pending
         deletion is looked at. Without the second rule a small MLP's training loop, pushed
         ahead of its worker, scanned a backlog of 2,600 pending deletions every 32 ops, holding
-        the GIL that the worker's Python ops waited for: 1.22-1.37 ms a step, 0.91-0.93 with it
+        the GIL that the worker's Python ops waited for: 1.22-1.38 ms a step, 0.91-0.93 with it
         (2-core Xeon VM); `memory_no_barrier`'s live memory falls as early as before (a quarter
         instead of a 16th delayed its fall by 30-40 ms)."""
         frees, done, buf = self._frees, self._done, self._buf

@@ -256,7 +256,7 @@ class Pool:
         to the OS, the oldest of each first, until `array` fits. The cache is shared across
         runs, and keeping whatever came first let an earlier workload's buffers take the room:
         behind a cache full of 2 MiB buffers, `sync_vs_async` (16 MiB outputs) faulted fresh
-        pages in at every op and took 283-290 ms, 138-139 ms with this (2-core Xeon VM). A
+        pages in at every op and took 283-291 ms, 136-139 ms with this (2-core Xeon VM). A
         rare path, so it may make objects inside the lock (see above); the buffers it drops
         are freed after the lock is let go."""
         cache = self.cache
