@@ -121,9 +121,7 @@ class ND(Functions):
 
     # -- functions -----------------------------------------------------------------------------
     def relu(self, a: NDArray) -> NDArray:
-        if a.__class__ is NDArray and a.nd is self:  # `a.relu()`'s fast path
-            return self._same("relu", (a,), {})
-        return self._op("relu", (a,), {})
+        return self.invoke("relu", a)
 
     def invoke(self, name: str, *inputs, out=None, **attrs) -> NDArray:
         """Issue op `name` of `asyncsim.nd.ops` on `inputs` with `attrs` (into `out` for an

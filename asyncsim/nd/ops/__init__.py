@@ -142,10 +142,6 @@ def flops(name: str, shapes: tuple[Shape, ...], out: Shape) -> float:
     return OPS[name].flops(shapes, out)
 
 
-_DESCRIBED: dict = {}  # (name, shapes, dtypes, attrs' items) -> `describe`'s answer
-_DESCRIBED_MAX = 4096  # entries kept before the memo starts again
-
-
 def describe(name: str, shapes: tuple[Shape, ...], dtypes: tuple[str, ...],
              attrs: dict) -> tuple[Shape, str, int, float, str]:
     """(shape, dtype, nbytes, flops, geometry) of op `name` on inputs of `shapes` and `dtypes`:
@@ -153,23 +149,23 @@ def describe(name: str, shapes: tuple[Shape, ...], dtypes: tuple[str, ...],
     `infer`'s ShapeError. Remembered per call seen before: the frontend asks about the same
     few calls again and again, and a product's answers cost 1.5 us to work out and 0.2 to look
     up. Not for the "graph" op, whose attrs hold the graph, nor attrs that cannot be hashed."""
-    key = None
     if name != "graph":
         try:
-            key = (name, shapes, dtypes, tuple(attrs.items()))
-            found = _DESCRIBED.get(key)
-        except TypeError:  # an attr such as a slice: worked out each time
-            key = found = None
-        if found is not None:
-            return found
+            return _described(name, shapes, dtypes, tuple(attrs.items()))
+        except TypeError:  # an attr such as a slice: worked out each time below
+            pass
+    return _describe(name, shapes, dtypes, attrs)
+
+
+def _describe(name, shapes, dtypes, attrs):
     shape, dtype = infer(name, shapes, dtypes, attrs)
-    found = (shape, dtype, nbytes(shape, dtype), flops(name, shapes, shape),
-             geometry(name, shapes, attrs) if name in GEOMETRY else "")
-    if key is not None:
-        if len(_DESCRIBED) >= _DESCRIBED_MAX:
-            _DESCRIBED.clear()
-        _DESCRIBED[key] = found
-    return found
+    return (shape, dtype, nbytes(shape, dtype), flops(name, shapes, shape),
+            geometry(name, shapes, attrs) if name in GEOMETRY else "")
+
+
+@functools.lru_cache(maxsize=4096)
+def _described(name, shapes, dtypes, items):
+    return _describe(name, shapes, dtypes, dict(items))
 
 
 __all__ = ["BROADCASTING", "COMPILED", "DTYPES", "GEOMETRY", "INPLACE", "ITEMSIZE", "MAX_BYTES",
