@@ -130,26 +130,9 @@ EDGE_BUFFERS = (1, 2, 3, 5, 9, 17, 33, 65)
 CALIBRATION_MAX = 33  # the largest k calibration sweeps
 
 
-def edge(junk: np.ndarray, rounds: int, sweeps: int = 3) -> dict:
-    """{k: [each sweep's median seconds]} of calibration's sweep with outputs cut from `junk`."""
-    x = np.ones(EDGE_ELEMENTS, np.float32)
-    outs = [junk[i * EDGE_ELEMENTS:(i + 1) * EDGE_ELEMENTS] for i in range(max(EDGE_BUFFERS))]
-    seconds: dict[int, list[float]] = {k: [] for k in EDGE_BUFFERS}
-    for _ in range(sweeps):
-        for k in EDGE_BUFFERS:
-            times = []
-            for r in range(rounds + 1):
-                for out in outs[:k]:
-                    start = time.perf_counter()
-                    np.add(x, 1.0, out=out)
-                    if r:
-                        times.append(time.perf_counter() - start)
-            seconds[k].append(statistics.median(times))
-    return seconds
-
-
-def print_edge(junk: np.ndarray, rounds: int) -> None:
-    seconds = edge(junk, rounds)
+def print_edge(rounds: int) -> None:
+    found = caches.sweep(EDGE_ELEMENTS, EDGE_BUFFERS, rounds, sweeps=3)
+    seconds = dict(zip(EDGE_BUFFERS, found["sweeps"], strict=True))
     op_bytes = 2 * EDGE_ELEMENTS * 4
     print("\nthe last-level cache's edge: x + 1 on 8 MiB, the output cycling through k buffers")
     print(f"{'k':>4s} {'gone through':>13s} {'fastest us':>11s} {'median us':>10s}")
@@ -233,7 +216,8 @@ def main() -> None:
                 span = f"{min(rounds[place]) * 1e6:.1f}-{max(rounds[place]) * 1e6:.1f}"
                 print(f"{place:28s} {med * 1e6:8.1f} {span:>15s} {statistics.median(ratios):7.2f} "
                       f"{(warm_model + extra) * 1e6:9.1f} {(warm_model + extra) / warm_model:7.2f}")
-    print_edge(junk, args.rounds)
+    junk = None  # its GiB freed: the sweep makes buffers of its own
+    print_edge(args.rounds)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 output cycling through k buffers for each k of `buffers` (x is read by every op, so it stays
 warm): with k buffers an output buffer was last touched k - 1 ops before, so k - 1 ops' bytes
 (2 arrays each) went through the caches in between. Each k's seconds per op are the median over
-`rounds` cycles after one untimed cycle, the fastest of `sweeps` sweeps. numpy's add runs it: a
+`rounds` cycles after one untimed cycle, the fastest of `sweeps` sweeps (each sweep's are kept too,
+as "sweeps"). numpy's add runs it: a
 streaming loop like the engine's compiled elementwise kernels, with no engine in between to blur
 a millisecond.
 
@@ -38,7 +39,7 @@ def sweep(elements: int, buffers: tuple[int, ...], rounds: int, sweeps: int = 3)
     outs = [np.empty(elements, np.float32) for _ in range(max(buffers))]
     for out in outs:  # fresh pages touched once, out of the timing
         np.add(x, 1.0, out=out)
-    best = [float("inf")] * len(buffers)
+    each: list[list[float]] = [[] for _ in buffers]
     for _ in range(sweeps):
         for i, k in enumerate(buffers):
             times = []
@@ -48,8 +49,9 @@ def sweep(elements: int, buffers: tuple[int, ...], rounds: int, sweeps: int = 3)
                     np.add(x, 1.0, out=out)
                     if r:  # the first cycle brings the k buffers in: not timed
                         times.append(time.perf_counter() - start)
-            best[i] = min(best[i], statistics.median(times))
-    return {"elements": elements, "buffers": list(buffers), "seconds": best}
+            each[i].append(statistics.median(times))
+    return {"elements": elements, "buffers": list(buffers), "seconds": [min(e) for e in each],
+            "sweeps": each}
 
 
 def fit(points: dict) -> dict:
