@@ -57,8 +57,9 @@ a program with:
 - `llc` and `dram`: the last-level cache's size and main memory's bandwidth, from an op whose
   output cycles through more and more buffers (`realexec.calibration.caches`);
 - `crowd` of those costs: how much one more kernel running at once stretches a memory-bound
-  kernel's bytes time, from the same op on W workers at once against one alone (compute-bound
-  ops as a check); `cores`: this machine's cores; `spin`, `switch`: realexec's and CPython's.
+  kernel's bytes time, from the same op on W workers at once against one alone, each op
+  writing a buffer of its own both ways (compute-bound ops as a check); `cores`: this
+  machine's cores; `spin`, `switch`: realexec's and CPython's.
 The numbers behind each value (and the slowdowns that are only reported) are in `meta`;
 `refit(profile)` derives a profile from them again. The settings and the run of the
 microbenchmarks live in `realexec.calibration.measure` (re-exported here); this module derives the

@@ -55,7 +55,16 @@ def concurrency(bench: _Bench, make, count: int, name: str, rounds: int = 5) -> 
     hitting one half of a round moves its ratio, not the median round's).
 
     W at once: the ops are queued while every worker sleeps in a held op, so each worker finds
-    work when it returns and none waits to be woken."""
+    work when it returns and none waits to be woken.
+
+    Both halves keep their outputs, so each op writes a buffer of its own in both, the same
+    buffers in the same order, and running at once is the only difference. One at a time used
+    to drop each output, so its ops took turns on two warm buffers while the W at once wrote
+    `count * W` others, cold: what cold outputs cost counted as crowding. `x + 1` on 16 MiB
+    arrays, two workers (2-core Xeon VM), three rounds each way: 0.93-1.18 ms alone against
+    1.54-1.89 ms together as it was (a crowd of 0.6-0.7), 1.40-1.66 against 1.45-1.71 with the
+    outputs kept in both (0.03-0.05); the model prices cold outputs apart
+    (`asyncsim.model.caches`), so it paid for them twice."""
     nd = bench.nd
     pairs = []
     for _ in range(rounds):
@@ -67,9 +76,8 @@ def concurrency(bench: _Bench, make, count: int, name: str, rounds: int = 5) -> 
                 bench.hold((), 0.005)
             for _ in range(count * bench.workers):
                 y = make()
-                if together:
-                    kept.append(y)
-                else:
+                kept.append(y)
+                if not together:
                     y.wait_to_read()
             nd.waitall()
             del kept, y
