@@ -152,6 +152,21 @@ def test_fit_reads_llc_and_dram_off_a_sweep():
     assert found["warm"] + out * (1 / found["dram"] - pace) == pytest.approx(2e-3)
 
 
+def test_fit_takes_the_furthest_point_for_cold():
+    """A sweep still slowing at its end (the last level outgrown only partly at the second
+    largest k): cold is the largest k's op, so DRAM makes the model's cold op that slow, not
+    the midway one."""
+    elements = 1 << 20
+    points = {"elements": elements, "buffers": [1, 2, 5, 9, 17],
+              "seconds": [1e-3, 1e-3, 1.1e-3, 1.6e-3, 2e-3]}
+    found = caches.fit(points)
+    out = 4 * elements
+    assert found["cold"] == 2e-3
+    pace = found["warm"] / (2 * out)
+    assert found["warm"] + out * (1 / found["dram"] - pace) == pytest.approx(2e-3)
+    assert found["llc"] == 4 * 2 * out  # k = 5 is closer to warm, k = 9 to cold
+
+
 def test_fit_is_off_where_cold_is_no_slower():
     points = {"elements": 1 << 20, "buffers": [1, 2, 5, 9], "seconds": [1e-3, 1e-3, 1.05e-3, 1e-3]}
     found = caches.fit(points)

@@ -10,10 +10,16 @@ as "sweeps"). numpy's add runs it: a
 streaming loop like the engine's compiled elementwise kernels, with no engine in between to blur
 a millisecond.
 
-`fit(points)`: warm is k = 1, cold the median of the two largest k. Where cold is not at least
-`MIN_GAP` slower, the caches make no difference at these sizes and both values are 0 (off).
-Otherwise `llc` is the reuse distance (bytes gone through in between) of the largest k still
-closer to warm than to cold, and `dram` what makes the model's step match the cold op: its
+`fit(points)`: warm is k = 1, cold the largest k, the furthest reuse distance swept. The op
+still slows between the two largest on the 2-core Intel Xeon VM (736-808 us at 256 MiB gone
+through, 987-1009 at 512 MiB; 1007-1035 at 1 GiB in a longer sweep: the host's last level is
+480 MiB, shared), so the median of the two, which this took before, read a half-warm op as cold:
+`dram` 13.8 and 14.6 GB/s on two calibrations' points, 11.9 and 12.0 from the largest k. Where
+cold is not at least `MIN_GAP` slower, the caches make no difference at these sizes and both
+values are 0 (off). Otherwise `llc` is the reuse distance (bytes gone through in between) of the
+largest k still closer to warm than to cold (one threshold on a curve that rises gradually: 128
+or 256 MiB there, from one calibration to the next), and `dram` what makes the model's step
+match the cold op: its
 output's bytes (x stays warm) move at `dram` where the warm op moved at its own pace, so
 1 / dram = (cold - warm) / out_bytes + warm / op_bytes.
 
@@ -61,7 +67,7 @@ def fit(points: dict) -> dict:
     out_bytes = points["elements"] * F32
     op_bytes = 2 * out_bytes
     warm = seconds[buffers.index(1)] if 1 in buffers else min(seconds)
-    cold = statistics.median([s for _, s in sorted(zip(buffers, seconds, strict=True))[-2:]])
+    cold = seconds[buffers.index(max(buffers))]
     found = {"warm": warm, "cold": cold, "llc": 0.0, "dram": 0.0}
     if len(buffers) < 3 or cold < MIN_GAP * warm:
         return found
