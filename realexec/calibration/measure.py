@@ -63,7 +63,10 @@ class Settings:
 # 2**23: the scenarios' largest arrays (2000 x 2000, ~2**22) spill out of the cache; with 2**22
 # the largest size, the bytes fit had one point past the cache and missed it by a third
 FULL = Settings(sizes=(2**10, 2**13, 2**16, 2**18, 2**20, 2**21, 2**22, 2**23),
-                dot_sides=(32, 64, 128, 256, 512, 1024), gemv_sides=(128, 512, 2048),
+                # each side a geometry priced on its own point too; 100: 8.3's small products
+                # (`small_ops`), which BLAS ran at 159 GFLOP/s where the 64 and 128 points
+                # gave 133 and 137 (2-core Xeon VM)
+                dot_sides=(32, 64, 100, 128, 256, 512, 1024), gemv_sides=(128, 512, 2048),
                 repeats=5, sweeps=3, issue_ops=300, loops=15, roundtrips=200,
                 blocker_sizes=(2**4, 2**12, 2**18, 2**21), crowd_sizes=(2**20, 2**22),
                 compute_size=2**20, fresh_rounds=3, recheck_size=2**13, spread=0.1,
