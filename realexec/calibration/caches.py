@@ -19,9 +19,8 @@ cold is not at least `MIN_GAP` slower, the caches make no difference at these si
 values are 0 (off). Otherwise `llc` is the reuse distance (bytes gone through in between) of the
 largest k still closer to warm than to cold (one threshold on a curve that rises gradually: 128
 or 256 MiB there, from one calibration to the next), and `dram` what makes the model's step
-match the cold op: its
-output's bytes (x stays warm) move at `dram` where the warm op moved at its own pace, so
-1 / dram = (cold - warm) / out_bytes + warm / op_bytes.
+match the cold op: its output's bytes (x stays warm) move at `dram` where the warm op moved at
+its own pace, so 1 / dram = (cold - warm) / out_bytes + warm / op_bytes.
 
 Units: elements (float32), bytes, seconds, bytes per second. Memory: (max(buffers) + 1) arrays.
 """
