@@ -233,3 +233,19 @@ def test_regions_starting_together_stack_alike_in_predicted_and_measured_panels(
             for marks, duration in ((predicted, 33.0), (measured, 35.0))]
     assert rows[0] == rows[1]
     assert sorted(rows[0].values()) == [0, 1, 2, 3]  # they overlap: a row each
+
+
+def test_the_memory_legend_clears_the_rss_axis():
+    """With a process-RSS axis on the right, the memory panel's legend starts past that axis's
+    numbers and label, however wide they are (it used to cover the label)."""
+    for rss in (1800 * MIB, 180_500 * MIB):
+        meas = make_trace()
+        meas.memory += [(0.0, "cpu:rss", rss), (3.1 * 1e-3, "cpu:rss", rss)]
+        fig = plot.side_by_side(make_trace("predicted", 0.5), meas)
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        (ax,) = [a for a in fig.axes if a.get_ylabel() == "live memory (MiB)"]
+        (twin,) = [a for a in fig.axes if a.get_ylabel() == "process RSS (MiB)"]
+        legend = ax.get_legend().get_window_extent(renderer)
+        assert legend.x0 >= twin.get_tightbbox(renderer).x1
+        assert legend.x1 <= fig.bbox.x1  # and stays on the figure

@@ -24,6 +24,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.transforms import ScaledTranslation
 
 from asyncsim.nd.trace import KINDS, Trace
 
@@ -34,6 +35,7 @@ KIND_COLORS = {"issue": "#4C72B0", "exec": "#DD8452", "copy": "#55A868", "wait":
 REGION_COLORS = ("#8172B3", "#64B5CD", "#CCB974", "#DA8BC3", "#937860", "#8C8C8C")
 DEVICE_COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3")
 RSS = ":rss"  # the suffix of a process-RSS pseudo-device in a measured Trace's memory
+RSS_LABEL_IN = 0.6  # inches a legend moves right to clear that axis's numbers and label
 LINESTYLES = ("--", "-", ":", "-.")  # per trace when colours mark devices
 BAR_HEIGHT = 0.7  # of a lane row
 REGION_ROW = 0.5  # height of one row of region labels, in lane rows
@@ -217,8 +219,11 @@ def _draw_memory(ax, labelled, device) -> None:
         rss_ax.set_ylabel("process RSS (MiB)")
         rss_ax.set_ylim(bottom=0.0)
     if lines:
-        ax.legend(handles=lines, loc="upper left", bbox_to_anchor=(1.06, 1.0), fontsize=8,
-                  frameon=False)
+        anchor = ax.transAxes
+        if rss_ax is not None:  # past the right axis's numbers and label, whatever the width
+            anchor = anchor + ScaledTranslation(RSS_LABEL_IN, 0.0, ax.figure.dpi_scale_trans)
+        ax.legend(handles=lines, loc="upper left", bbox_to_anchor=(1.06, 1.0),
+                  bbox_transform=anchor, fontsize=8, frameon=False)
     else:
         ax.text(0.5, 0.5, "no memory samples", transform=ax.transAxes, ha="center",
                 va="center")
