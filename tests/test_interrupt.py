@@ -1,11 +1,12 @@
 """Ctrl-C (SIGINT) stops a process that uses the engine promptly, wherever it lands: in a
 blocker, in a push held by max_inflight, in a session's closing drain, in the exit drain of a
-session left open, twice in a row, and in the `asyncsim` command. The ops not yet started are
-dropped (they would take a minute here); a running op that does not finish is abandoned.
+session left open, twice in a row, in the `asyncsim` command, and in an array's free. The ops
+not yet started are dropped (they would take a minute here); a running op that does not finish
+is abandoned.
 
-Each case runs a script in a fresh Python process, waits for it to print "ready", sends SIGINT
-and waits with a generous timeout that is still far shorter than the queued work: a process
-that drained its queue, or hung, fails the test. How fast it stops is measured by
+Each case but the last runs a script in a fresh Python process, waits for it to print "ready",
+sends SIGINT and waits with a generous timeout that is still far shorter than the queued work: a
+process that drained its queue, or hung, fails the test. How fast it stops is measured by
 benchmarks/interrupt.py, not here.
 """
 
@@ -173,3 +174,25 @@ def test_ctrl_c_in_the_cli_is_one_line_and_status_130():
     status, out, err = interrupt(proc)
     assert status == 130, err
     assert err.strip() == "asyncsim run: interrupted"
+
+
+def test_a_ctrl_c_inside_an_arrays_free_reaches_the_main_thread():
+    """CPython drops what a finalizer raises, so a Ctrl-C landing in an NDArray's free (its
+    `__del__`) was lost and the run went on. It is raised again in the main thread."""
+    import realexec
+
+    with realexec.session(workers=1) as nd:
+        x = nd.ones((2,))
+        real = nd._free
+
+        def interrupted(var):
+            nd._free = real
+            real(var)
+            raise KeyboardInterrupt
+
+        nd._free = interrupted
+        start = time.perf_counter()
+        with pytest.raises(KeyboardInterrupt):
+            del x
+            time.sleep(5)  # the Ctrl-C comes back within milliseconds, and ends the sleep
+        assert time.perf_counter() - start < 2.5

@@ -204,3 +204,14 @@ def test_rss_reads_stay_outside_the_regions_they_sample(monkeypatch):
     (_, start, end), = [m for m in trace.marks if m[0] == "short"]
     rss_times = [t for t, dev, _ in trace.memory if dev == "cpu:rss"]
     assert any(t <= start for t in rss_times) and any(t >= end for t in rss_times)
+
+
+def test_samples_read_after_a_sample_cut_in_two():
+    """A Ctrl-C between a sample's two appends (time, then live bytes) leaves the times one
+    longer; the samples both have are still read, where reading them used to raise."""
+    pool = Pool("cpu", BufferCache())
+    a = pool.acquire((256,), "float32")
+    pool._times.append(pool._times[-1] + 1)  # the time of a sample whose live bytes never came
+    samples = pool.samples
+    assert [live for _, _, live in samples] == [0, 1024]
+    pool.release(a)

@@ -16,6 +16,8 @@ a number, or with an array of the same shape, dtype and device, and relu and cop
 from __future__ import annotations
 
 import operator
+import signal
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -88,6 +90,21 @@ def _arithmetic(name: str, scalar_name: str, in_place: bool = False):
     return operator
 
 
+INTERRUPT_AGAIN_S = 0.01  # when a Ctrl-C caught in a finalizer is raised again
+
+
+def _interrupt_again() -> None:
+    """Raise KeyboardInterrupt in the main thread again, once the finalizer that caught it has
+    returned. CPython drops what a finalizer raises, so a Ctrl-C landing in an array's free was
+    lost and the run went on (to fail later in an error that was not the Ctrl-C); raised again
+    from inside the finalizer, it would be caught there at the finalizer's next call."""
+    main = threading.main_thread().ident
+    try:  # a real SIGINT, not `_thread.interrupt_main`: that one would wait out a sleep
+        threading.Timer(INTERRUPT_AGAIN_S, signal.pthread_kill, (main, signal.SIGINT)).start()
+    except RuntimeError:  # the interpreter is shutting down: nothing is left to interrupt
+        pass
+
+
 class NDArray:
     """A handle to one var: shape, dtype and context are known at once; values only on a blocker.
 
@@ -126,6 +143,8 @@ class NDArray:
         # when nothing is raised
         try:
             self.nd._free(self.var)
+        except KeyboardInterrupt:
+            _interrupt_again()
         except Exception:  # interpreter shutdown may have torn things down
             pass
 

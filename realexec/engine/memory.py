@@ -174,12 +174,14 @@ class Pool:
     @property
     def samples(self) -> list[tuple[int, str, int]]:
         """(t_ns, device, live_bytes) at every change, oldest first."""
-        with self.cache.lock:  # copies of the arrays (not GC-tracked) that agree in length
+        with self.cache.lock:  # copies of the arrays (not GC-tracked)
             times, lives = self._times[_WHOLE], self._lives[_WHOLE]
         if not self._shown:
             times, lives = times[:1], lives[:1]
         device = self.device
-        return [(t, device, live) for t, live in zip(times, lives, strict=True)]
+        # the two agree in length unless a Ctrl-C landed between a sample's two appends (the
+        # run is then being stopped): the samples both have are what there is to show
+        return [(t, device, live) for t, live in zip(times, lives, strict=False)]
 
     def acquire(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
         """An uninitialised C-contiguous array of `shape` and `dtype`, counted as live.
