@@ -99,8 +99,12 @@ def _interrupt_again() -> None:
     lost and the run went on (to fail later in an error that was not the Ctrl-C); raised again
     from inside the finalizer, it would be caught there at the finalizer's next call."""
     main = threading.main_thread().ident
-    try:  # a real SIGINT, not `_thread.interrupt_main`: that one would wait out a sleep
-        threading.Timer(INTERRUPT_AGAIN_S, signal.pthread_kill, (main, signal.SIGINT)).start()
+    # a real SIGINT, not `_thread.interrupt_main`: that one would wait out a sleep; a daemon
+    # timer, so that a process ending meanwhile does not wait for it
+    timer = threading.Timer(INTERRUPT_AGAIN_S, signal.pthread_kill, (main, signal.SIGINT))
+    timer.daemon = True
+    try:
+        timer.start()
     except RuntimeError:  # the interpreter is shutting down: nothing is left to interrupt
         pass
 
