@@ -186,7 +186,8 @@ def test_buffers_still_held_at_the_end_go_back_most_recent_on_top():
     cache = model_caches.LastLevelCache(0.0, DRAM, variables)
     cache.touched = {0: 5.0, 1: 3.0}
     cache.after_run()
-    assert cache.touched == {} and cache.spare == {size_class(NB): [3.0, 5.0]}
+    assert cache.touched == {}
+    assert cache.spare == {size_class(NB): [(3.0, None), (5.0, None)]}
     nxt = model_caches.LastLevelCache(0.0, DRAM, variables, before=cache)
     nxt.take(1)
     assert nxt.touched[1] == 5.0 and nxt.spare_bytes == size_class(NB)
@@ -205,5 +206,5 @@ def test_a_full_pool_lets_go_of_the_classes_given_back_least_recently(monkeypatc
         cache.give_back(var)
     assert cache.spare_bytes == 2 * big + small
     cache.give_back(3)  # no room: the big class, given back least recently, loses its oldest
-    assert cache.spare == {big: [2.0], small: [3.0, 4.0]}
+    assert cache.spare == {big: [(2.0, None)], small: [(3.0, None), (4.0, None)]}
     assert cache.spare_bytes == big + 2 * small

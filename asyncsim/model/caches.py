@@ -20,6 +20,12 @@ numpy). With `profile.dram` > 0 (0: off, so the closed forms hold exactly):
   seconds, where `pace` is its calibrated seconds per byte (flops included), and nothing when
   it was slower than that already (a product, a sampler: compute hides the memory).
 
+The caches also remember which worker lane wrote each buffer last (`owner`, passed on with the
+buffer through the pool), for `foreign`: the bytes an op finds warm but that another lane wrote
+(`asyncsim.model.host` prices them with `profile.foreign` and `foreign_gemm`). A buffer read on
+another lane is shared from then on, as a core's modified lines become clean copies in both
+cores' caches when another core reads them: no one pays for it again until the next write.
+
 Only CPU ops that are not copies across a link are priced this way; a GPU's memory is its own.
 Issue order stands for execution order: the engine's workers take ops in about the order they
 were issued. Units: bytes, bytes per second, seconds.
@@ -72,7 +78,10 @@ class LastLevelCache:
         self.llc, self.dram, self.vars = llc, dram, variables
         self.clock = 0.0
         self.touched: dict[int, float] = {}  # live var -> the clock when its buffer was touched
-        self.spare: dict[int, list[float]] = {}  # size class -> given-back buffers' last touches
+        self.owner: dict[int, str] = {}  # live var -> the worker lane that last wrote its buffer
+        # size class -> given-back buffers' (last touch, last writer), oldest first
+        self.spare: dict[int, list[tuple[float, str | None]]] = {}
+        self.warm: tuple[int, ...] = ()  # the vars the last `cold_bytes` found warm
         self.spare_bytes = 0
         self.given = 0  # buffers given back so far: a clock for `last_given`
         self.last_given: dict[int, int] = {}  # size class -> the clock at its last give-back
@@ -87,7 +96,9 @@ class LastLevelCache:
         stack = self.spare.get(size)
         if stack:
             self.spare_bytes -= size
-            self.touched[var] = stack.pop()
+            self.touched[var], owner = stack.pop()
+            if owner is not None:
+                self.owner[var] = owner
         else:
             self.touched[var] = _NEVER
 
@@ -97,6 +108,7 @@ class LastLevelCache:
         recently, as realexec's does (if only its own class is left, this one goes). A var no
         CPU op touched is not the host's."""
         when = self.touched.pop(var, None)
+        owner = self.owner.pop(var, None)
         if when is None:
             return
         size = size_class(self.vars[var].nbytes)
@@ -107,7 +119,7 @@ class LastLevelCache:
                                  self.spare_bytes + size - POOL_BYTES)
             self.spare_bytes -= freed
         if self.spare_bytes + size <= POOL_BYTES:
-            self.spare.setdefault(size, []).append(when)
+            self.spare.setdefault(size, []).append((when, owner))
             self.spare_bytes += size
 
     def after_run(self) -> None:
@@ -121,10 +133,13 @@ class LastLevelCache:
         """Bytes of `op`'s buffers that are cold, then the op touches them (the clock moves on by
         its nbytes). At most the op's nbytes."""
         touched, clock, variables = self.touched, self.clock, self.vars
-        cold = 0
+        cold, warm = 0, []
         for var in {*op.reads, op.out}:
             if clock - touched.get(var, _NEVER) > self.llc:
                 cold += variables[var].nbytes
+            else:
+                warm.append(var)
+        self.warm = tuple(warm)
         self.clock = clock = clock + op.nbytes
         for var in (*op.reads, op.out):
             touched[var] = clock
@@ -137,6 +152,19 @@ class LastLevelCache:
             return 0.0
         pace = (cost.time(op.nbytes, op.flops) - cost.latency) / op.nbytes
         return cold * max(0.0, 1.0 / self.dram - pace)
+
+    def foreign(self, warm: tuple[int, ...], out: int, lane: str) -> int:
+        """Bytes of `warm` (the vars an op found in the caches) that a worker other than `lane`
+        wrote last. A buffer read there is then shared (each core has its lines, clean: no one
+        pays for them again until the next write), and `lane` is the last writer of `out`."""
+        owner, variables = self.owner, self.vars
+        moved = 0
+        for var in warm:
+            if owner.get(var, lane) != lane:
+                moved += variables[var].nbytes
+                del owner[var]
+        owner[out] = lane
+        return moved
 
 
 __all__ = ["LastLevelCache", "make_room", "size_class"]

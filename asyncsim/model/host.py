@@ -53,6 +53,14 @@ what the book's closed forms assume. With a Host:
   2-core Intel Xeon VM an 8 MiB relu ran 1.28-1.34x and `x + 1` 1.14-1.24x their time right
   after a 1024x512x2048 product, 1.13-1.27x with 2-10 ms in between, 1.05-1.07x with 50 ms
   (`realexec.calibration.aftergemm`).
+- data another worker wrote (`profile.foreign`, `foreign_gemm` > 0, with the caches' model,
+  `profile.dram` > 0): each worker lane stands for a core. An op's buffers that it finds in the
+  caches (`asyncsim.model.caches`) but that another lane wrote last (its inputs, and the buffer
+  its output takes from the pool) add `foreign_gemm` seconds per byte to a product or
+  convolution and `foreign` to any other op, to its bytes time; the lane that runs an op is then
+  its output's last writer (`LastLevelCache.foreign`). Measured with pinned threads
+  (`realexec.calibration.places`): 9.3-11.1 us per MiB for `x + 1` on 8 MiB, 21-43 us per MiB
+  for a dense layer's product, on the 2-core Intel Xeon VM.
 NaiveEngine (`mode='sync'`) runs each op inside its issuing call: no wake-ups, no GIL contest;
 the call returns after the op's `gil` (its completion).
 
@@ -177,6 +185,12 @@ class Host:
         self.after_gemm = profile.after_gemm if profile.after_gemm > 1.0 else 0.0
         self.after: list[int] = []  # position -> GEMM, STREAMING or 0 (`after_gemm`)
         self.last_gemm: dict[str, float] = {}  # worker lane -> when its last product ended
+        # data another worker wrote (`profile.foreign`, `foreign_gemm`; needs the caches' model)
+        caches = model.caches if profile.foreign or profile.foreign_gemm else None
+        self.caches = caches
+        self.foreign_price = {GEMM: profile.foreign_gemm, STREAMING: profile.foreign,
+                              0: profile.foreign}
+        self.touches: list = []  # position -> (the vars it finds warm, its out), or None
         self.queue = WakeQueue(self.env, self.idle_spin)  # every CPU device's ready ops
 
     @property
@@ -184,12 +198,15 @@ class Host:
         """Wake-ups of idle workers so far."""
         return self.queue.wakes
 
-    def prepare(self, op, cost, link: bool, broadcast: bool = False, cold: float = 0.0) -> None:
+    def prepare(self, op, cost, link: bool, broadcast: bool = False, cold: float = 0.0,
+                warm: tuple = ()) -> None:
         """Split the op's lane cost: (latency with the GIL, bytes time, flops time (without the
         GIL, and not stretched by crowding), crowd), and note whether a compiled worker runs
         it without the GIL (`Profile.native`). `broadcast`: it broadcasts in a way the compiled
         worker leaves to Python (`ops.native_broadcast` says which it keeps). `cold`: seconds
-        its data's trips from main memory add (`asyncsim.model.caches`), bytes time."""
+        its data's trips from main memory add (`asyncsim.model.caches`), bytes time; `warm`:
+        the vars it finds in the caches, priced when it starts if another lane wrote them."""
+        self.touches.append((warm, op.out) if self.caches is not None and not link else None)
         if link:
             self.parts.append((cost.latency, cost.bytes_time(op.nbytes / 2), 0.0, 0.0))
             self.compiled.append(False)
@@ -280,6 +297,10 @@ class Host:
             latency, by_bytes, by_flops, crowd = parts[position]
             if self.after_gemm:
                 by_bytes = self._after_gemm(lane, position, by_bytes)
+            if self.caches is not None and self.touches[position] is not None:
+                warm, out = self.touches[position]
+                moved = self.caches.foreign(warm, out, lane)
+                by_bytes += moved * self.foreign_price[self.after[position]]
             if self.compiled[position]:
                 if gil is not None:  # back in the compiled loop: no GIL
                     gil.release(lane)

@@ -225,7 +225,9 @@ class FrontendProcess:
         self.queue_of.append(queue)
         if self.host is not None:
             self.host.prepare(op, lane_cost, link,
-                              broadcast and not native_broadcast(op, self.program.vars), cold)
+                              broadcast and not native_broadcast(op, self.program.vars), cold,
+                              self.caches.warm if self.caches is not None and not link
+                              and device_kind(op.device) == "cpu" else ())
         cost = self.profile.t1 if issue_cost is None else issue_cost.time(op.nbytes, op.flops)
         if self.kinds_issued is not None:
             factor = self.kinds_issued.factor(op.name)

@@ -110,7 +110,8 @@ _SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int,
             "handover": float, "gpu_issue": float, "gpu_wait": float, "gpu_settle": float,
             "pageable": int, "rss_keep": float, "native": int, "idle_spin": float,
             "table": int, "llc": float, "dram": float, "mix": float, "reclaim": float,
-            "after_gemm": float, "t3_asleep": float}
+            "after_gemm": float, "t3_asleep": float,
+            "foreign": float, "foreign_gemm": float}
 _MINIMUM = {"workers": 1, "cores": 1, "gpus": 0}
 
 
@@ -180,6 +181,10 @@ class Profile:
     # or pooling) runs right after a product or a convolution on its worker, as a factor of its
     # bytes time (0 or 1: off); `asyncsim.model.host` says for how long
     after_gemm: float = 0.0
+    # seconds per byte that an op's data, found in the caches but written last by another CPU
+    # worker, adds: `foreign` for streaming ops, `foreign_gemm` for products (0: off; needs dram)
+    foreign: float = 0.0
+    foreign_gemm: float = 0.0
     # what a blocker costs to return when its wait outlasted `spin` and it fell asleep (0: t3)
     t3_asleep: float = 0.0
     meta: dict = field(default_factory=dict)
@@ -288,10 +293,11 @@ class Profile:
     @property
     def contended(self) -> bool:
         """Whether any host contention (wake-ups, the GIL, releases, re-checks, crowding, ops
-        slowed after products) is modelled."""
+        slowed after products or by data another worker wrote) is modelled."""
         crowded = any(cost.crowd for key, cost in self.costs.items() if key.startswith("cpu:"))
         return bool(self.dispatch or self.wake or self.gil or self.release or self.recheck
-                    or crowded or self.after_gemm > 1.0)
+                    or crowded or self.after_gemm > 1.0
+                    or (self.dram > 0 and (self.foreign > 0 or self.foreign_gemm > 0)))
 
     # -- variants --------------------------------------------------------------------------
     def replace(self, **kv) -> Profile:

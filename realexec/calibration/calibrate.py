@@ -56,6 +56,9 @@ a program with:
   timed in a loop of its kind alone (`realexec.calibration.issuing.mixed_issue`);
 - `llc` and `dram`: the last-level cache's size and main memory's bandwidth, from an op whose
   output cycles through more and more buffers (`realexec.calibration.caches`);
+- `foreign`, `foreign_gemm`: what data another core wrote last adds per byte to a streaming op
+  and to a product, from each timed after its buffers were written on its own core and on
+  another (`realexec.calibration.places`; with two workers or more);
 - `crowd` of those costs: how much one more kernel running at once stretches a memory-bound
   kernel's bytes time, from the same op on W workers at once against one alone, each op
   writing a buffer of its own both ways (compute-bound ops as a check); `cores`: this
@@ -195,6 +198,8 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
                    reclaim=raw["reclaim"]["reclaim"] if native and "reclaim" in raw else 0.0,
                    after_gemm=raw.get("after_gemm", {}).get("after_gemm", 0.0),
                    t3_asleep=raw.get("t3_after_sleep", 0.0),
+                   foreign=raw.get("places", {}).get("foreign", 0.0),
+                   foreign_gemm=raw.get("places", {}).get("foreign_gemm", 0.0),
                    meta=json.loads(json.dumps({**meta, "measurements": raw})))  # as saved
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from realexec.calibration import aftergemm, caches, frees, issuing, microbench, training
+from realexec.calibration import aftergemm, caches, frees, issuing, microbench, places, training
 from realexec.calibration import gil as microbench_gil
 from realexec.calibration import host as microbench_host
 from realexec.calibration.fits import FITTED, ROW
@@ -58,6 +58,11 @@ class Settings:
     llc_elements: int = 0
     llc_buffers: tuple[int, ...] = ()
     llc_repeats: tuple[int, int] = (3, 3)
+    # data another core wrote (`realexec.calibration.places`): float32 elements of the
+    # streaming op, the product (m, k, n), rounds of each place; 0 elements: not measured
+    place_elements: int = 0
+    place_product: tuple[int, int, int] = (128, 512, 2048)
+    place_rounds: int = 40
 
 
 # 2**23: the scenarios' largest arrays (2000 x 2000, ~2**22) spill out of the cache; with 2**22
@@ -99,7 +104,9 @@ FULL = Settings(sizes=(2**10, 2**13, 2**16, 2**18, 2**20, 2**21, 2**22, 2**23),
                 graph_repeats=100,
                 # 8 MB buffers, 0-512 MB gone through between two touches of one: past the
                 # last cache of the machines seen (warm to cold between 67 and 270 MB here)
-                llc_elements=2**21, llc_buffers=(1, 2, 3, 5, 9, 17, 33))
+                llc_elements=2**21, llc_buffers=(1, 2, 3, 5, 9, 17, 33),
+                # 8 MiB and a dense layer's product (the MLP's first, batch 128)
+                place_elements=2**21, place_product=(128, 512, 2048), place_rounds=40)
 QUICK = Settings(sizes=(2**8, 2**12, 2**16, 2**18), dot_sides=(16, 64, 256), gemv_sides=(64, 256),
                  repeats=3, sweeps=1, issue_ops=100, loops=5, roundtrips=50,
                  blocker_sizes=(2**4, 2**14),
@@ -109,7 +116,8 @@ QUICK = Settings(sizes=(2**8, 2**12, 2**16, 2**18), dot_sides=(16, 64, 256), gem
                               (4, 16, 6, 16, 1, 1, 0)),
                  dot_shapes=((16, 32, 64),), layer_products=((16, 64, 32, "tb"),),
                  graph_repeats=10,
-                 llc_elements=2**20, llc_buffers=(1, 2, 5, 17, 33), llc_repeats=(2, 1))
+                 llc_elements=2**20, llc_buffers=(1, 2, 5, 17, 33), llc_repeats=(2, 1),
+                 place_elements=2**14, place_product=(16, 64, 32), place_rounds=3)
 
 def kernels(nd, settings, ctx=None) -> list[tuple]:
     """(name in `realexec.calibration.fits.FITTED`, op name in the engine's log, maker(size) ->
@@ -182,6 +190,9 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
     if s.llc_elements:
         bar.set_postfix_str("last-level cache")
         raw["caches"] = step(caches.sweep, s.llc_elements, s.llc_buffers, *s.llc_repeats)
+    if s.place_elements and workers > 1:
+        raw["places"] = step(places.other_core, s.place_elements, s.place_product,
+                             s.place_rounds)
     bar.set_postfix_str("fresh engines")
     raw["fresh"] = step(microbench_host.fresh, workers, s.blocker_sizes, s.fresh_rounds,
                         pause=s.spread / 4)
