@@ -8,7 +8,7 @@
    `* 1.0`, and the factor calibration derives (`Profile.after_gemm`).
 2. How long it lasts: the product waited for, then the frontend busy for a gap (0, 2, 10, 50 ms),
    then `+ 1.0` and a relu; their times against the same after a `* 1.0` and the same gap. The
-   model stretches the streaming ops that start within `asyncsim.model.host.AFTER_GEMM_S` of a
+   model stretches the streaming ops that start within `asyncsim.model.places.AFTER_GEMM_S` of a
    product on their worker.
 3. A dense layer's chains, in turn: the product, then `+ b` (a bias over the rows) and relu in
    either order, or the calibration's relu, `+ 1.0`, relu, `+ 1.0`, or `+ b`, relu, relu; each
@@ -28,7 +28,7 @@ import argparse
 import statistics
 
 import realexec
-from asyncsim.model.host import AFTER_GEMM_S
+from asyncsim.model.places import AFTER_GEMM_S
 from realexec.calibration.aftergemm import (
     COLS,
     FOLLOWERS,

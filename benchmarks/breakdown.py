@@ -25,7 +25,7 @@ import accuracy
 
 import asyncsim
 from asyncsim.lab import scenarios
-from asyncsim.model.host import AFTER, GEMM, STREAMING
+from asyncsim.model.places import AFTER, GEMM, STREAMING
 from asyncsim.nd.ops import OPS
 from realexec.calibration.calibrate import calibrate
 

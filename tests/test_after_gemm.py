@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import realexec
 from asyncsim import Profile, record, simulate
-from asyncsim.model.host import AFTER_GEMM_S
+from asyncsim.model.places import AFTER_GEMM_S
 from asyncsim.model.profile import Cost
 from realexec.calibration.aftergemm import after_gemm
 from realexec.calibration.microbench import _Bench

@@ -47,20 +47,8 @@ what the book's closed forms assume. With a Host:
   reductions) come back to Python as before.
   An idle compiled worker spins `profile.idle_spin` seconds before it sleeps: an op queued
   meanwhile starts at once, with no `dispatch` and no `wake` for whoever queued it.
-- after products (`profile.after_gemm` > 1): a streaming op (elementwise, reduction, copy, a
-  layer's normalisation or pooling) that starts on a worker within `AFTER_GEMM_S` of the end of
-  a product or convolution on that worker has its bytes time stretched by `after_gemm`. On a
-  2-core Intel Xeon VM an 8 MiB relu ran 1.28-1.34x and `x + 1` 1.14-1.24x their time right
-  after a 1024x512x2048 product, 1.13-1.27x with 2-10 ms in between, 1.05-1.07x with 50 ms
-  (`realexec.calibration.aftergemm`).
-- data another worker wrote (`profile.foreign`, `foreign_gemm` > 0, with the caches' model,
-  `profile.dram` > 0): each worker lane stands for a core. An op's buffers that it finds in the
-  caches (`asyncsim.model.caches`) but that another lane wrote last (its inputs, and the buffer
-  its output takes from the pool) add `foreign_gemm` seconds per byte to a product or
-  convolution and `foreign` to any other op, to its bytes time; the lane that runs an op is then
-  its output's last writer (`LastLevelCache.foreign`). Measured with pinned threads
-  (`realexec.calibration.places`): 9.3-11.1 us per MiB for `x + 1` on 8 MiB, 21-43 us per MiB
-  for a dense layer's product, on the 2-core Intel Xeon VM.
+- where an op runs (`profile.after_gemm`, `foreign`, `foreign_gemm`): what the op before it on
+  its worker and data another worker wrote add to its bytes time (`asyncsim.model.places`).
 NaiveEngine (`mode='sync'`) runs each op inside its issuing call: no wake-ups, no GIL contest;
 the call returns after the op's `gil` (its completion).
 
@@ -70,17 +58,12 @@ flops / peak, plus the wait for the GIL after its kernel; `gil` and the rest fol
 
 from __future__ import annotations
 
-import math
 from collections import deque
 
 from asyncsim.model.gil import Gil
-from asyncsim.nd.ops import COMPILED, OPS
+from asyncsim.model.places import Places
+from asyncsim.nd.ops import COMPILED
 from asyncsim.nd.trace import Span
-
-AFTER_GEMM_S = 0.02  # how long a product or convolution slows the streaming ops after it
-GEMM, STREAMING = 1, 2  # an op's part in that (`Host.after`)
-AFTER = {"dot": GEMM, "conv": GEMM, "elementwise": STREAMING, "reduce": STREAMING,
-          "copy": STREAMING, "nn": STREAMING}
 
 
 class WakeQueue:
@@ -182,15 +165,7 @@ class Host:
         self.native = bool(profile.native) and not sync
         self.idle_spin = profile.idle_spin if self.native else 0.0
         self.compiled: list[bool] = []  # position -> run by a compiled worker, without the GIL
-        self.after_gemm = profile.after_gemm if profile.after_gemm > 1.0 else 0.0
-        self.after: list[int] = []  # position -> GEMM, STREAMING or 0 (`after_gemm`)
-        self.last_gemm: dict[str, float] = {}  # worker lane -> when its last product ended
-        # data another worker wrote (`profile.foreign`, `foreign_gemm`; needs the caches' model)
-        caches = model.caches if profile.foreign or profile.foreign_gemm else None
-        self.caches = caches
-        self.foreign_price = {GEMM: profile.foreign_gemm, STREAMING: profile.foreign,
-                              0: profile.foreign}
-        self.touches: list = []  # position -> (the vars it finds warm, its out), or None
+        self.places = Places(profile, model.caches)  # what an op's worker adds to its cost
         self.queue = WakeQueue(self.env, self.idle_spin)  # every CPU device's ready ops
 
     @property
@@ -206,13 +181,11 @@ class Host:
         worker leaves to Python (`ops.native_broadcast` says which it keeps). `cold`: seconds
         its data's trips from main memory add (`asyncsim.model.caches`), bytes time; `warm`:
         the vars it finds in the caches, priced when it starts if another lane wrote them."""
-        self.touches.append((warm, op.out) if self.caches is not None and not link else None)
+        self.places.prepare(op, link, warm)
         if link:
             self.parts.append((cost.latency, cost.bytes_time(op.nbytes / 2), 0.0, 0.0))
             self.compiled.append(False)
-            self.after.append(0)
             return
-        self.after.append(AFTER.get(OPS[op.name].group, 0))
         by_bytes = cost.bytes_time(op.nbytes) if op.nbytes else 0.0
         by_flops = op.flops / cost.peak if op.flops else 0.0
         if cost.crowd and not by_bytes:  # priced by flops alone (a convolution geometry): that
@@ -268,6 +241,7 @@ class Host:
         model, env, items = self.model, self.env, queue.items
         spans, ops, parts, finish = model.spans, model.ops, self.parts, model._finish
         timeout, gil, hold, cores = env.timeout, self.gil, self.hold, self.cores
+        places = self.places
         core, sync = False, self.sync
         while True:
             if not items:
@@ -295,12 +269,8 @@ class Host:
                 continue
             position = items.popleft()
             latency, by_bytes, by_flops, crowd = parts[position]
-            if self.after_gemm:
-                by_bytes = self._after_gemm(lane, position, by_bytes)
-            if self.caches is not None and self.touches[position] is not None:
-                warm, out = self.touches[position]
-                moved = self.caches.foreign(warm, out, lane)
-                by_bytes += moved * self.foreign_price[self.after[position]]
+            if places.on:
+                by_bytes = places.start(lane, position, env.now, by_bytes)
             if self.compiled[position]:
                 if gil is not None:  # back in the compiled loop: no GIL
                     gil.release(lane)
@@ -328,8 +298,8 @@ class Host:
                     yield turn
             op = ops[position]
             spans.append(Span(lane, op.name, op.id, start, env.now, model.kinds[position]))
-            if self.after_gemm:
-                self._ended(lane, position)
+            if places.after_gemm:
+                places.ended(lane, position, env.now)
             if sync and hold:  # NaiveEngine: the issuing call returns after the completion
                 yield timeout(hold)
             wakes = self.wakes
@@ -342,19 +312,6 @@ class Host:
                 after += self.recheck  # a blocked frontend tests its condition meanwhile
             if after:
                 yield timeout(after)
-
-    def _after_gemm(self, lane: str, position: int, by_bytes: float) -> float:
-        """`by_bytes` of op `position`, stretched by `after_gemm` when it streams and starts on
-        `lane` within `AFTER_GEMM_S` of a product or convolution there."""
-        if (self.after[position] == STREAMING
-                and self.env.now - self.last_gemm.get(lane, -math.inf) < AFTER_GEMM_S):
-            return by_bytes * self.after_gemm
-        return by_bytes
-
-    def _ended(self, lane: str, position: int) -> None:
-        """Op `position` has just ended on `lane`: a product or convolution starts the window."""
-        if self.after[position] == GEMM:
-            self.last_gemm[lane] = self.env.now
 
     def _compiled(self, lane: str, position: int, latency: float, by_bytes: float,
                   by_flops: float, crowd: float):
@@ -371,8 +328,8 @@ class Host:
             yield env.timeout(latency + by_bytes + by_flops)
         op = model.ops[position]
         model.spans.append(Span(lane, op.name, op.id, start, env.now, model.kinds[position]))
-        if self.after_gemm:
-            self._ended(lane, position)
+        if self.places.after_gemm:
+            self.places.ended(lane, position, env.now)
         wakes = self.wakes
         self.queue.keeper = True
         model._finish(position, op)

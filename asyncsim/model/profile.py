@@ -62,7 +62,7 @@ data a loop has let fall out of the caches (`asyncsim.model.caches`).
 after their last handle was dropped (the compiled engine gives them back there, not at the drop).
 
 `after_gemm` (0: off): the factor by which a streaming CPU op's bytes time stretches when it runs
-on a worker within `asyncsim.model.host.AFTER_GEMM_S` of a product or convolution there (costs
+on a worker within `asyncsim.model.places.AFTER_GEMM_S` of a product or convolution there (costs
 are calibrated on kernels that follow their own kind; a training loop's bias adds and relus
 follow products).
 
