@@ -7,7 +7,9 @@ GPU part."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import json
 import math
 import time
 
@@ -359,3 +361,20 @@ def test_quick_profile_keeps_the_mixing_and_the_speed_of_its_moment(quick_profil
     assert len(raw["speed_probe"]) == 2 and all(0.0 < s < 1.0 for s in raw["speed_probe"])
     # and the product probe (BLAS's speed, which drifts apart from the other probe's)
     assert len(raw["product_probe"]) == 2 and all(0.0 < s < 1.0 for s in raw["product_probe"])
+
+
+def test_the_prices_of_data_another_core_wrote_come_from_its_measurement(quick_profile):
+    """With two workers or more, calibration times the other core's writes
+    (`realexec.calibration.places`) and the profile's `foreign` and `foreign_gemm` are those
+    prices; a refit with other measured prices takes them."""
+    p = quick_profile
+    raw = p.meta["measurements"]
+    if p.workers < 2:
+        assert "places" not in raw and p.foreign == p.foreign_gemm == 0.0
+        return
+    assert p.foreign == raw["places"]["foreign"] >= 0.0
+    assert p.foreign_gemm == raw["places"]["foreign_gemm"] >= 0.0
+    changed = json.loads(json.dumps(p.meta))
+    changed["measurements"]["places"].update(foreign=2e-11, foreign_gemm=5e-11)
+    again = cal.refit(dataclasses.replace(p, meta=changed))
+    assert (again.foreign, again.foreign_gemm) == (2e-11, 5e-11)
