@@ -22,7 +22,7 @@ numpy). With `profile.dram` > 0 (0: off, so the closed forms hold exactly):
 
 The caches also remember which worker lane wrote each buffer last (`owner`, passed on with the
 buffer through the pool), for `foreign`: the bytes an op finds warm but that another lane wrote
-(`asyncsim.model.host` prices them with `profile.foreign` and `foreign_gemm`). A buffer read on
+(`asyncsim.model.places` prices them with `profile.foreign` and `foreign_gemm`). A buffer read on
 another lane is shared from then on, as a core's modified lines become clean copies in both
 cores' caches when another core reads them: no one pays for it again until the next write.
 

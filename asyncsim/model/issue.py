@@ -212,10 +212,12 @@ class FrontendProcess:
         issue_cost, lane_cost, link, queue, phased = rule
         self.ops.append(op)
         cold = 0.0  # what the bytes it finds outside the caches add (`asyncsim.model.caches`)
+        warm = ()  # the vars it finds in them (`asyncsim.model.places` prices who wrote them)
         if self.caches is not None and not link and device_kind(op.device) == "cpu":
             if op.fresh:
                 self.caches.take(op.out)
             cold = self.caches.extra(op, lane_cost)
+            warm = self.caches.warm
         if link:
             self.durations.append(lane_cost.time(op.nbytes / 2, 0.0))
         else:
@@ -226,8 +228,7 @@ class FrontendProcess:
         if self.host is not None:
             self.host.prepare(op, lane_cost, link,
                               broadcast and not native_broadcast(op, self.program.vars), cold,
-                              self.caches.warm if self.caches is not None and not link
-                              and device_kind(op.device) == "cpu" else ())
+                              warm)
         cost = self.profile.t1 if issue_cost is None else issue_cost.time(op.nbytes, op.flops)
         if self.kinds_issued is not None:
             factor = self.kinds_issued.factor(op.name)
