@@ -29,9 +29,11 @@ Each place prints its median over the repeats of each round (the median of the r
 their range), its ratio to warm in the same round, and what the model adds for that place with
 this machine's cached profile (`realexec.calibrate`): `asyncsim.model.caches` charges only bytes
 beyond the last-level cache (`Profile.llc`) more, at `Profile.dram`, and nothing for a product
-or a sampler, whose compute it takes to hide the memory; the model's warm time is the profile's
-cost of the op. The range column is over the rounds: where it is wide, the place is not one
-state (the other core's writes, read back, took 80 us in one round and 228 us in another).
+or a sampler, whose compute it takes to hide the memory, and `asyncsim.model.places` an input
+that another core wrote at `Profile.foreign` per byte (`foreign_gemm` for a product); the
+model's warm time is the profile's cost of the op. The range column is over the rounds: where
+it is wide, the place is not one state (the other core's writes, read back, took 80 us in one
+round and 228 us in another).
 Then the last-level cache's edge as calibration measures it (`realexec.calibration.caches`:
 `x + 1` on 8 MiB, the output cycling through k buffers, x warm), for k up to 65 (1 GiB gone
 through between two touches of a buffer, where calibration stops at 33): each k's median op in
@@ -211,6 +213,9 @@ def main() -> None:
                     continue
                 cold = {"output cold": o.nbytes, "all cold": model_op.nbytes}.get(place, 0.0)
                 _, extra = model_extra(profile, model_op, cold)
+                if place == "input from the other core" and profile.dram:
+                    extra += a.nbytes * (profile.foreign_gemm if model_op.name == "dot"
+                                         else profile.foreign)
                 ratios = [t / w_ for t, w_ in zip(rounds[place], rounds["warm"], strict=True)]
                 med = statistics.median(rounds[place])
                 span = f"{min(rounds[place]) * 1e6:.1f}-{max(rounds[place]) * 1e6:.1f}"
