@@ -68,7 +68,10 @@ def test_without_a_product_before_them_nothing_is_stretched():
 
 def test_calibration_measures_the_factor_on_the_engine():
     with realexec.session(workers=1) as nd:
-        found = after_gemm(_Bench(nd, 1), repeats=2)
+        found = after_gemm(_Bench(nd, 1), repeats=2, rounds=3)
     assert found["after_gemm"] >= 1.0
     assert found["after"] > 0 and found["alone"] > 0
     assert found["after_gemm"] == pytest.approx(max(1.0, found["after"] / found["alone"]))
+    # the round in the middle gives the factor
+    assert len(found["rounds"]) == 3
+    assert found["after_gemm"] == pytest.approx(max(1.0, sorted(found["rounds"])[1]))

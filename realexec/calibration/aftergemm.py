@@ -8,12 +8,16 @@ after a 1024x512x2048 product, against after a `* 1.0` of the product's result (
 buffers), and still 1.13-1.27x 2-10 ms later, 1.05-1.07x 50 ms later (`python
 benchmarks/after_gemm.py`, two runs).
 
-`after_gemm(bench, repeats)` times the chain `h = dot(x, w.T)` (or `h = h0 * 1.0`), then relu,
+`after_gemm(bench, repeats, rounds)` times the chain `h = dot(x, w.T)` (or `h = h0 * 1.0`), then relu,
 `+ 1.0`, relu, `+ 1.0` on h's (1024, 2048) float32, waited for at its end, `repeats` times without
 the product and then `repeats` times with it (`followers`; in turn, a chain without one would
 follow the product of the chain before); the factor is the four ops' median times summed after
-the product over the same after the elementwise op. 1.0 where the machine shows no such effect
-(`Profile.after_gemm` then changes nothing). Units: seconds.
+the product over the same after the elementwise op; with `rounds`, the median round's (single
+rounds gave 1.09-1.24 over ten in one process on the 2-core Intel Xeon VM; the median of three
+narrowed six calibrations' spread from 0.12 and 0.16 to 0.10 and 0.06 in two blocks a minute
+apart, whose levels differed; `notes/ACCURACY.md`, "`after_gemm`: the median of three
+rounds"). 1.0 where the machine shows no such effect (`Profile.after_gemm` then changes
+nothing). Units: seconds.
 """
 
 from __future__ import annotations
@@ -62,17 +66,24 @@ def followers(bench, operands, product: bool, repeats: int, gap: float = 0.0,
     return rows[1:]
 
 
-def after_gemm(bench, repeats: int) -> dict:
-    """{"after_gemm": factor, "after": seconds, "alone": seconds}: the followers' summed
-    median exec times behind a product and behind an elementwise op."""
+def after_gemm(bench, repeats: int, rounds: int = 1) -> dict:
+    """{"after_gemm": factor, "after": seconds, "alone": seconds, "rounds": factors}: the
+    followers' summed median exec times behind a product and behind an elementwise op, in each
+    of `rounds` rounds; the round whose factor is the median gives the three values (the effect
+    itself moves: 1.09-1.24 over ten single rounds in one process)."""
     operands = arrays(bench.nd)
-    # without the product first: in turn, a chain behind another's product is slowed too
-    times = {product: followers(bench, operands, product, repeats) for product in (False, True)}
-    sums = {product: sum(statistics.median(column) for column in zip(*rows, strict=True))
-            for product, rows in times.items()}
+    found = []
+    for _ in range(rounds):
+        # without the product first: in turn, a chain behind another's product is slowed too
+        times = {product: followers(bench, operands, product, repeats)
+                 for product in (False, True)}
+        sums = {product: sum(statistics.median(column) for column in zip(*rows, strict=True))
+                for product, rows in times.items()}
+        found.append((sums[True] / sums[False], sums[True], sums[False]))
     bench.nd.waitall()
-    return {"after_gemm": max(1.0, sums[True] / sums[False]), "after": sums[True],
-            "alone": sums[False]}
+    factor, after, alone = sorted(found)[(len(found) - 1) // 2]
+    return {"after_gemm": max(1.0, factor), "after": after, "alone": alone,
+            "rounds": [f for f, _, _ in found]}
 
 
 __all__ = ["FOLLOWERS", "after_gemm", "arrays", "followers"]
