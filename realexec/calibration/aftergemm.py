@@ -8,16 +8,15 @@ after a 1024x512x2048 product, against after a `* 1.0` of the product's result (
 buffers), and still 1.13-1.27x 2-10 ms later, 1.05-1.07x 50 ms later (`python
 benchmarks/after_gemm.py`, two runs).
 
-`after_gemm(bench, repeats, rounds)` times the chain `h = dot(x, w.T)` (or `h = h0 * 1.0`), then relu,
-`+ 1.0`, relu, `+ 1.0` on h's (1024, 2048) float32, waited for at its end, `repeats` times without
-the product and then `repeats` times with it (`followers`; in turn, a chain without one would
-follow the product of the chain before); the factor is the four ops' median times summed after
-the product over the same after the elementwise op; with `rounds`, the median round's (single
+`after_gemm(bench, repeats, rounds)` times the chain `h = dot(x, w.T)` (or `h = h0 * 1.0`), then
+relu, `+ 1.0`, relu, `+ 1.0` on h's (1024, 2048) float32, waited for at its end, `repeats` times
+without the product and then `repeats` times with it (`followers`; in turn, a chain without one
+would follow the product of the chain before); the factor is the four ops' median times summed
+after the product over the same after the elementwise op; with `rounds`, the median round's (single
 rounds gave 1.09-1.24 over ten in one process on the 2-core Intel Xeon VM; the median of three
-narrowed six calibrations' spread from 0.12 and 0.16 to 0.10 and 0.06 in two blocks a minute
-apart, whose levels differed; `notes/ACCURACY.md`, "`after_gemm`: the median of three
-rounds"). 1.0 where the machine shows no such effect (`Profile.after_gemm` then changes
-nothing). Units: seconds.
+narrowed six calibrations' spread from 0.12 and 0.16 to 0.10 and 0.06 in two blocks a minute apart,
+whose levels differed; `notes/ACCURACY.md`, "`after_gemm`: the median of three rounds"). 1.0 where
+the machine shows no such effect (`Profile.after_gemm` then changes nothing). Units: seconds.
 """
 
 from __future__ import annotations
