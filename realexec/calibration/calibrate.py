@@ -50,8 +50,8 @@ a program with:
   compiled engine does that there), from a chain of ops that each drop the result before
   against the same ops on a fixed input (`realexec.calibration.frees`);
 - `after_gemm`: how much slower streaming ops run right after a product on their worker, from a
-  chain of elementwise ops behind a product against the same chain behind an elementwise op
-  (`realexec.calibration.aftergemm`);
+  chain of elementwise ops behind a product against the same chain behind an elementwise op,
+  the median of three rounds (`realexec.calibration.aftergemm`);
 - `mix`: what issuing ops of several kinds in turn adds to each one's issue cost, which is
   timed in a loop of its kind alone (`realexec.calibration.issuing.mixed_issue`);
 - `llc` and `dram`: the last-level cache's size and main memory's bandwidth, from an op whose
