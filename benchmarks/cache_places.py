@@ -58,6 +58,7 @@ import time
 import numpy as np
 
 import asyncsim
+from asyncsim.model.places import foreign_price, part_of
 from realexec.calibration import caches
 from realexec.calibration.calibrate import calibrate
 from realexec.cpu.kernels import KERNELS
@@ -213,9 +214,8 @@ def main() -> None:
                     continue
                 cold = {"output cold": o.nbytes, "all cold": model_op.nbytes}.get(place, 0.0)
                 _, extra = model_extra(profile, model_op, cold)
-                if place == "input from the other core" and profile.dram:
-                    extra += a.nbytes * (profile.foreign_gemm if model_op.name == "dot"
-                                         else profile.foreign)
+                if place == "input from the other core" and profile.dram:  # as Places prices it
+                    extra += a.nbytes * foreign_price(profile, part_of(model_op))
                 ratios = [t / w_ for t, w_ in zip(rounds[place], rounds["warm"], strict=True)]
                 med = statistics.median(rounds[place])
                 span = f"{min(rounds[place]) * 1e6:.1f}-{max(rounds[place]) * 1e6:.1f}"

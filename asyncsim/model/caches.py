@@ -81,7 +81,6 @@ class LastLevelCache:
         self.owner: dict[int, str] = {}  # live var -> the worker lane that last wrote its buffer
         # size class -> given-back buffers' (last touch, last writer), oldest first
         self.spare: dict[int, list[tuple[float, str | None]]] = {}
-        self.warm: tuple[int, ...] = ()  # the vars the last `cold_bytes` found warm
         self.spare_bytes = 0
         self.given = 0  # buffers given back so far: a clock for `last_given`
         self.last_given: dict[int, int] = {}  # size class -> the clock at its last give-back
@@ -129,9 +128,9 @@ class LastLevelCache:
         for var in sorted(self.touched, key=self.touched.__getitem__):
             self.give_back(var)
 
-    def cold_bytes(self, op) -> float:
-        """Bytes of `op`'s buffers that are cold, then the op touches them (the clock moves on by
-        its nbytes). At most the op's nbytes."""
+    def cold_bytes(self, op) -> tuple[float, tuple[int, ...]]:
+        """Bytes of `op`'s buffers that are cold (at most the op's nbytes), and the vars it finds
+        warm; then the op touches them (the clock moves on by its nbytes)."""
         touched, clock, variables = self.touched, self.clock, self.vars
         cold, warm = 0, []
         for var in {*op.reads, op.out}:
@@ -139,19 +138,19 @@ class LastLevelCache:
                 cold += variables[var].nbytes
             else:
                 warm.append(var)
-        self.warm = tuple(warm)
         self.clock = clock = clock + op.nbytes
         for var in (*op.reads, op.out):
             touched[var] = clock
-        return min(cold, op.nbytes)
+        return min(cold, op.nbytes), tuple(warm)
 
-    def extra(self, op, cost) -> float:
-        """Seconds `op`'s cold bytes add to its calibrated `cost`."""
-        cold = self.cold_bytes(op)
+    def extra(self, op, cost) -> tuple[float, tuple[int, ...]]:
+        """Seconds `op`'s cold bytes add to its calibrated `cost`, and the vars it finds warm
+        (for `foreign`)."""
+        cold, warm = self.cold_bytes(op)
         if not cold:
-            return 0.0
+            return 0.0, warm
         pace = (cost.time(op.nbytes, op.flops) - cost.latency) / op.nbytes
-        return cold * max(0.0, 1.0 / self.dram - pace)
+        return cold * max(0.0, 1.0 / self.dram - pace), warm
 
     def foreign(self, warm: tuple[int, ...], out: int, lane: str) -> int:
         """Bytes of `warm` (the vars an op found in the caches) that a worker other than `lane`

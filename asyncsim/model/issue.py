@@ -216,8 +216,7 @@ class FrontendProcess:
         if self.caches is not None and not link and device_kind(op.device) == "cpu":
             if op.fresh:
                 self.caches.take(op.out)
-            cold = self.caches.extra(op, lane_cost)
-            warm = self.caches.warm
+            cold, warm = self.caches.extra(op, lane_cost)
         if link:
             self.durations.append(lane_cost.time(op.nbytes / 2, 0.0))
         else:

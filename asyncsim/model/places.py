@@ -33,6 +33,16 @@ AFTER = {"dot": GEMM, "conv": GEMM, "elementwise": STREAMING, "reduce": STREAMIN
          "copy": STREAMING, "nn": STREAMING}
 
 
+def part_of(op) -> int:
+    """GEMM (a product or convolution), STREAMING or 0: the op's part in both effects."""
+    return AFTER.get(OPS[op.name].group, 0)
+
+
+def foreign_price(profile, part: int) -> float:
+    """Seconds per byte that data another worker wrote adds to an op of `part`."""
+    return profile.foreign_gemm if part == GEMM else profile.foreign
+
+
 class Places:
     """Per simulation run: each op's part (GEMM, STREAMING or 0), when each lane's last product
     ended, and the vars each op finds warm (for `foreign`)."""
@@ -41,7 +51,7 @@ class Places:
         self.after_gemm = profile.after_gemm if profile.after_gemm > 1.0 else 0.0
         priced = caches is not None and (profile.foreign > 0 or profile.foreign_gemm > 0)
         self.caches = caches if priced else None
-        self.price = {GEMM: profile.foreign_gemm, STREAMING: profile.foreign, 0: profile.foreign}
+        self.price = {part: foreign_price(profile, part) for part in (0, GEMM, STREAMING)}
         self.on = bool(self.after_gemm or self.caches is not None)
         self.part: list[int] = []  # position -> GEMM, STREAMING or 0
         self.touches: list = []  # position -> (the vars it finds warm, its out), or None
@@ -49,7 +59,7 @@ class Places:
 
     def prepare(self, op, link: bool, warm: tuple = ()) -> None:
         """Note op `op` (the next position): a copy across a link has no part here."""
-        self.part.append(0 if link else AFTER.get(OPS[op.name].group, 0))
+        self.part.append(0 if link else part_of(op))
         self.touches.append((warm, op.out) if self.caches is not None and not link else None)
 
     def start(self, lane: str, position: int, now: float, by_bytes: float) -> float:
@@ -71,4 +81,4 @@ class Places:
             self.last_gemm[lane] = now
 
 
-__all__ = ["AFTER", "AFTER_GEMM_S", "GEMM", "STREAMING", "Places"]
+__all__ = ["AFTER", "AFTER_GEMM_S", "GEMM", "STREAMING", "Places", "foreign_price", "part_of"]
