@@ -200,7 +200,8 @@ def collect(args, force: bool) -> list:
           + (f", llc {profile.llc / 2**20:.0f} MiB, dram {profile.dram / 1e9:.1f} GB/s"
              if profile.dram else ", llc and dram off")
           + f", foreign {profile.foreign * 2**20 * 1e6:.1f} and "
-            f"{profile.foreign_gemm * 2**20 * 1e6:.1f} us/MiB")
+            f"{profile.foreign_gemm * 2**20 * 1e6:.1f} us/MiB"
+          + f", forget {profile.forget * 1e3:.1f} ms")
     measured = profile.meta.get("measurements", {})
     probes = measured.get("speed_probe")
     reference = statistics.mean(probes) if probes else None  # None: calibrated before it

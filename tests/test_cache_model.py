@@ -79,22 +79,28 @@ def test_a_buffer_given_back_is_warm_when_taken_again_soon():
     assert small[2:] == pytest.approx([warm + NB * (1 / DRAM - 1 / BW)] * (len(small) - 2))
 
 
-def test_an_op_slower_than_memory_pays_nothing_more():
-    """A product whose flops take longer than its bytes at DRAM speed: its pace already hides
-    main memory."""
+def test_an_op_slower_than_memory_pays_nothing_more_but_a_product_pays_its_cold_bytes():
+    """A sampler whose pace is slower than DRAM hides main memory: no more time. A product
+    pays its cold bytes at DRAM speed on top of its compute, however slow that is: BLAS packs
+    its operands before it computes on them. Under llc 0 the product's output, a buffer the
+    warm-up touched before other ops, is cold; its input, written by the op just before, is
+    not."""
 
-    def product(nd):
+    def program(nd):
         a = nd.ones((64, 64))
         b = nd.dot(a, a)
+        s = nd.random.normal(shape=(64, 64))
         c = a + 1
         nd.waitall()
-        return b, c
+        return b, s, c
 
-    slow = Cost(bandwidth=BW, peak=1e6)
-    on = predict(product, _profile(llc=0.0, dram=DRAM, **{"cpu:dot": slow}))
-    off = predict(product, _profile(**{"cpu:dot": slow}))
-    assert _exec(on, "dot") == pytest.approx(_exec(off, "dot"))
-    # both outputs take buffers the warm-up touched before other ops: cold under llc 0
+    slow = {"cpu:dot": Cost(bandwidth=BW, peak=1e6), "cpu:normal": Cost(bandwidth=DRAM / 10)}
+    on = predict(program, _profile(llc=0.0, dram=DRAM, **slow))
+    off = predict(program, _profile(**slow))
+    assert _exec(on, "normal") == pytest.approx(_exec(off, "normal"))
+    (dot_on,), (dot_off,) = _exec(on, "dot"), _exec(off, "dot")
+    assert dot_on - dot_off == pytest.approx(64 * 64 * 4 / DRAM)
+    # the add's output takes a buffer the warm-up touched before other ops: cold under llc 0
     assert _exec(on)[0] > _exec(off)[0]
 
 
@@ -181,16 +187,20 @@ def test_sweep_times_each_count_of_buffers():
 
 def test_buffers_still_held_at_the_end_go_back_most_recent_on_top():
     """after_run gives back what a program never freed, so the next run takes the buffer
-    touched last first."""
+    touched last first; the time each was last seen restarts at the next run's start (its
+    clock starts at 0 again)."""
     variables = {0: Var(0, (N,), "float32", "cpu", NB), 1: Var(1, (N,), "float32", "cpu", NB)}
     cache = model_caches.LastLevelCache(0.0, DRAM, variables)
     cache.touched = {0: 5.0, 1: 3.0}
+    cache.see((1, 0), 0.01)
+    cache.see((0,), 0.02)
     cache.after_run()
-    assert cache.touched == {}
-    assert cache.spare == {size_class(NB): [(3.0, None), (5.0, None)]}
+    assert cache.touched == {} and cache.seen == {}
+    assert cache.spare == {size_class(NB): [(3.0, None, 0.01), (5.0, None, 0.02)]}
     nxt = model_caches.LastLevelCache(0.0, DRAM, variables, before=cache)
     nxt.take(1)
     assert nxt.touched[1] == 5.0 and nxt.spare_bytes == size_class(NB)
+    assert nxt.seen[1] == 0.0
 
 
 def test_a_full_pool_lets_go_of_the_classes_given_back_least_recently(monkeypatch):
@@ -206,5 +216,62 @@ def test_a_full_pool_lets_go_of_the_classes_given_back_least_recently(monkeypatc
         cache.give_back(var)
     assert cache.spare_bytes == 2 * big + small
     cache.give_back(3)  # no room: the big class, given back least recently, loses its oldest
-    assert cache.spare == {big: [(2.0, None)], small: [(3.0, None), (4.0, None)]}
+    never = -math.inf  # no op was seen touching them
+    assert cache.spare == {big: [(2.0, None, never)],
+                           small: [(3.0, None, never), (4.0, None, never)]}
     assert cache.spare_bytes == big + 2 * small
+
+
+def _gap(nd):
+    """x + 1, then a sampler, then x + 1 again, a blocker after each: neither x nor the
+    buffer the second add takes from the pool (carried over from the warm-up run, seen at
+    the run's start) is touched while the sampler runs."""
+    x = nd.ones((N,))
+    y = x + 1
+    y.wait_to_read()
+    s = nd.random.normal(shape=(N,))
+    s.wait_to_read()
+    z = x + 1
+    nd.waitall()
+    return y, s, z
+
+
+@pytest.mark.parametrize("forget", [0.0, 0.5e-3, 5e-3])
+def test_a_buffer_untouched_longer_than_forget_is_cold_however_large_the_cache(forget):
+    """Under an llc nothing outgrows, the second add's x and output buffer are warm by the bytes
+    gone through; with the sampler taking 1 ms, they are cold after all where the caches forget
+    in 0.5 ms (their 2 NB bytes at DRAM speed), and warm where the caches keep them 5 ms or
+    never forget (0)."""
+    gap = {"cpu:normal": Cost(latency=1e-3)}
+    trace = predict(_gap, _profile(llc=1e12, dram=DRAM, **gap).replace(forget=forget))
+    first, second = _exec(trace)
+    aged = 2 * NB * (1 / DRAM - 1 / BW) if 0 < forget < 1e-3 else 0.0
+    assert second - first == pytest.approx(aged)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.floats(1e-6, 1.0), st.floats(1e-6, 1.0))
+def test_caches_that_forget_sooner_never_make_an_op_faster(a, b):
+    """For any two forget times, the one that forgets sooner prices every op at least as
+    high (it only turns warm bytes cold)."""
+    gap = {"cpu:normal": Cost(latency=1e-3)}
+    sooner, later = sorted((a, b))
+    fast = _exec(predict(_gap, _profile(llc=1e12, dram=DRAM, **gap).replace(forget=later)))
+    slow = _exec(predict(_gap, _profile(llc=1e12, dram=DRAM, **gap).replace(forget=sooner)))
+    assert all(s >= f - 1e-15 for s, f in zip(slow, fast, strict=True))
+
+
+def test_forgetting_times_the_op_after_each_idle_spell():
+    points = caches.forgetting(1 << 12, (0.0, 0.001, 0.002), rounds=2)
+    assert points["idles"] == [0.0, 0.001, 0.002] and len(points["seconds"]) == 3
+    assert all(0 < s < 0.1 for s in points["seconds"])
+
+
+def test_fit_forget_finds_where_the_op_is_halfway_to_cold():
+    """Halfway between 600 us (back to back) and 1000 us (80 ms idle) is 800 us, reached a
+    quarter of the way from 40 ms (700 us) to 80 ms: 50 ms. Flat points forget nothing."""
+    idles = [0.0, 0.01, 0.02, 0.04, 0.08]
+    slope = {"idles": idles, "seconds": [600e-6, 600e-6, 620e-6, 700e-6, 1000e-6]}
+    assert caches.fit_forget(slope) == pytest.approx(0.04 + 0.04 * 100 / 300)
+    flat = {"idles": idles, "seconds": [600e-6, 610e-6, 590e-6, 620e-6, 640e-6]}
+    assert caches.fit_forget(flat) == 0.0

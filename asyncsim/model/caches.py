@@ -18,7 +18,19 @@ numpy). With `profile.dram` > 0 (0: off, so the closed forms hold exactly):
   least recently go back to the system, and the next of their size is fresh: cold);
 - a cold byte moves at `profile.dram` bytes/s at best: an op adds `cold * (1/dram - pace)`
   seconds, where `pace` is its calibrated seconds per byte (flops included), and nothing when
-  it was slower than that already (a product, a sampler: compute hides the memory).
+  it was slower than that already (a sampler: compute hides the memory). A product or a
+  convolution is the exception: it adds `cold / dram` whatever its pace, because BLAS copies
+  its operands into packed panels before it computes on them, and that copy waits on memory
+  with nothing to hide behind. A 128x512 by 512x2048 product ran 1.80-1.82 ms with its 4 MiB
+  weight warm and 2.00-2.24 ms with it evicted, 0.2-0.4 ms more, where 4 MiB at `dram`
+  (11.6 GB/s) takes 0.36 ms (2-core Intel Xeon VM; `notes/ACCURACY.md`, "Caches forget").
+- the caches also forget with time (`profile.forget` seconds, 0: off): the last level is shared
+  with the host's other tenants, whose data evicts ours while our ops look elsewhere. A buffer
+  no op touched for longer than `forget` is cold, however few bytes went through in between.
+  8 MiB in, 8 MiB out: 580 us back to back, 670 us after 15 ms idle, 940-1070 us after 40 ms,
+  1150 us evicted. Time is known only when an op starts, so `asyncsim.model.places` prices this
+  part, with `seen` and `stale` here; a run after another takes the buffers carried over as
+  seen when it starts.
 
 The caches also remember which worker lane wrote each buffer last (`owner`, passed on with the
 buffer through the pool), for `foreign`: the bytes an op finds warm but that another lane wrote
@@ -34,6 +46,8 @@ were issued. Units: bytes, bytes per second, seconds.
 from __future__ import annotations
 
 import math
+
+from asyncsim.model.places import GEMM, part_of
 
 _MIB = 1 << 20
 _SMALL = 512
@@ -79,14 +93,17 @@ class LastLevelCache:
         self.clock = 0.0
         self.touched: dict[int, float] = {}  # live var -> the clock when its buffer was touched
         self.owner: dict[int, str] = {}  # live var -> the worker lane that last wrote its buffer
-        # size class -> given-back buffers' (last touch, last writer), oldest first
-        self.spare: dict[int, list[tuple[float, str | None]]] = {}
+        self.seen: dict[int, float] = {}  # live var -> when an op last touched it (seconds)
+        # size class -> given-back buffers' (last touch, last writer, when), oldest first
+        self.spare: dict[int, list[tuple[float, str | None, float]]] = {}
         self.spare_bytes = 0
         self.given = 0  # buffers given back so far: a clock for `last_given`
         self.last_given: dict[int, int] = {}  # size class -> the clock at its last give-back
         if before is not None:  # the pool and the clock as the run before left them
             self.clock, self.spare_bytes = before.clock, before.spare_bytes
-            self.spare = {size: list(stack) for size, stack in before.spare.items()}
+            # its clock starts at 0 again: a buffer carried over counts as seen at the start
+            self.spare = {size: [(touch, owner, 0.0) for touch, owner, _ in stack]
+                          for size, stack in before.spare.items()}
             self.given, self.last_given = before.given, dict(before.last_given)
 
     def take(self, var: int) -> None:
@@ -95,7 +112,7 @@ class LastLevelCache:
         stack = self.spare.get(size)
         if stack:
             self.spare_bytes -= size
-            self.touched[var], owner = stack.pop()
+            self.touched[var], owner, self.seen[var] = stack.pop()
             if owner is not None:
                 self.owner[var] = owner
         else:
@@ -108,6 +125,7 @@ class LastLevelCache:
         CPU op touched is not the host's."""
         when = self.touched.pop(var, None)
         owner = self.owner.pop(var, None)
+        seen = self.seen.pop(var, _NEVER)
         if when is None:
             return
         size = size_class(self.vars[var].nbytes)
@@ -118,7 +136,7 @@ class LastLevelCache:
                                  self.spare_bytes + size - POOL_BYTES)
             self.spare_bytes -= freed
         if self.spare_bytes + size <= POOL_BYTES:
-            self.spare.setdefault(size, []).append((when, owner))
+            self.spare.setdefault(size, []).append((when, owner, seen))
             self.spare_bytes += size
 
     def after_run(self) -> None:
@@ -149,8 +167,31 @@ class LastLevelCache:
         cold, warm = self.cold_bytes(op)
         if not cold:
             return 0.0, warm
+        return cold * self.price(op, cost), warm
+
+    def price(self, op, cost) -> float:
+        """Seconds a cold byte adds to `op` (see the module's docstring)."""
+        if part_of(op) == GEMM:
+            return 1.0 / self.dram
         pace = (cost.time(op.nbytes, op.flops) - cost.latency) / op.nbytes
-        return cold * max(0.0, 1.0 / self.dram - pace), warm
+        return max(0.0, 1.0 / self.dram - pace)
+
+    def stale(self, warm: tuple[int, ...], since: float) -> tuple[int, tuple[int, ...]]:
+        """Bytes of `warm` that no op touched after time `since`, and the rest of `warm`."""
+        seen, variables = self.seen, self.vars
+        gone, kept = 0, []
+        for var in warm:
+            if seen.get(var, _NEVER) < since:
+                gone += variables[var].nbytes
+            else:
+                kept.append(var)
+        return gone, tuple(kept)
+
+    def see(self, variables, now: float) -> None:
+        """An op touches `variables` at time `now` (seconds)."""
+        seen = self.seen
+        for var in variables:
+            seen[var] = now
 
     def foreign(self, warm: tuple[int, ...], out: int, lane: str) -> int:
         """Bytes of `warm` (the vars an op found in the caches) that a worker other than `lane`

@@ -174,14 +174,15 @@ class Host:
         return self.queue.wakes
 
     def prepare(self, op, cost, link: bool, broadcast: bool = False, cold: float = 0.0,
-                warm: tuple = ()) -> None:
+                warm: tuple = (), cold_price: float = 0.0) -> None:
         """Split the op's lane cost: (latency with the GIL, bytes time, flops time (without the
         GIL, and not stretched by crowding), crowd), and note whether a compiled worker runs
         it without the GIL (`Profile.native`). `broadcast`: it broadcasts in a way the compiled
         worker leaves to Python (`ops.native_broadcast` says which it keeps). `cold`: seconds
         its data's trips from main memory add (`asyncsim.model.caches`), bytes time; `warm`:
-        the vars it finds in the caches, priced when it starts if another lane wrote them."""
-        self.places.prepare(op, link, warm)
+        the vars it finds in the caches, priced when it starts if another lane wrote them or no
+        op touched them for long (`cold_price`: seconds a cold byte adds)."""
+        self.places.prepare(op, link, warm, cold_price)
         if link:
             self.parts.append((cost.latency, cost.bytes_time(op.nbytes / 2), 0.0, 0.0))
             self.compiled.append(False)

@@ -213,10 +213,12 @@ class FrontendProcess:
         self.ops.append(op)
         cold = 0.0  # what the bytes it finds outside the caches add (`asyncsim.model.caches`)
         warm = ()  # the vars it finds in them (`asyncsim.model.places` prices who wrote them)
+        cold_price = 0.0  # what a cold byte adds to it
         if self.caches is not None and not link and device_kind(op.device) == "cpu":
             if op.fresh:
                 self.caches.take(op.out)
             cold, warm = self.caches.extra(op, lane_cost)
+            cold_price = self.caches.price(op, lane_cost) if op.nbytes else 0.0
         if link:
             self.durations.append(lane_cost.time(op.nbytes / 2, 0.0))
         else:
@@ -227,7 +229,7 @@ class FrontendProcess:
         if self.host is not None:
             self.host.prepare(op, lane_cost, link,
                               broadcast and not native_broadcast(op, self.program.vars), cold,
-                              warm)
+                              warm, cold_price)
         cost = self.profile.t1 if issue_cost is None else issue_cost.time(op.nbytes, op.flops)
         if self.kinds_issued is not None:
             factor = self.kinds_issued.factor(op.name)

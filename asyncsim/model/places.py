@@ -17,8 +17,13 @@ worker starts an op (`start`) and tells it when the op ends (`ended`).
   with pinned threads (`realexec.calibration.places`): 9.7-11.4 us per MiB for `x + 1` on
   8 MiB, 20.8-42.7 us per MiB for a dense layer's product, on the 2-core Intel Xeon VM.
 
-Both follow the lane that runs the op, which is known only when it starts; the rest of an op's
-price is fixed when it is issued (`Host.prepare`). Units: seconds, bytes.
+- caches that forget (`profile.forget` > 0, with the caches' model): a buffer the op finds in
+  the caches by the bytes gone through since (`asyncsim.model.caches`) but that no op touched
+  for longer than `forget` seconds is cold after all, and its bytes pay the caches' cold price
+  (`LastLevelCache.price`); they are then not priced as another worker's data.
+
+All three follow when and where the op runs, which is known only when it starts; the rest of an
+op's price is fixed when it is issued (`Host.prepare`). Units: seconds, bytes.
 """
 
 from __future__ import annotations
@@ -45,22 +50,27 @@ def foreign_price(profile, part: int) -> float:
 
 class Places:
     """Per simulation run: each op's part (GEMM, STREAMING or 0), when each lane's last product
-    ended, and the vars each op finds warm (for `foreign`)."""
+    ended, and the vars each op finds warm (for `foreign` and `forget`)."""
 
     def __init__(self, profile, caches):
         self.after_gemm = profile.after_gemm if profile.after_gemm > 1.0 else 0.0
-        priced = caches is not None and (profile.foreign > 0 or profile.foreign_gemm > 0)
-        self.caches = caches if priced else None
+        self.foreign = caches is not None and (profile.foreign > 0 or profile.foreign_gemm > 0)
+        self.forget = profile.forget if caches is not None else 0.0
+        self.caches = caches if self.foreign or self.forget else None
         self.price = {part: foreign_price(profile, part) for part in (0, GEMM, STREAMING)}
         self.on = bool(self.after_gemm or self.caches is not None)
         self.part: list[int] = []  # position -> GEMM, STREAMING or 0
-        self.touches: list = []  # position -> (the vars it finds warm, its out), or None
+        # position -> (the vars it finds warm, its out, every var it touches, seconds a cold
+        # byte adds to it), or None
+        self.touches: list = []
         self.last_gemm: dict[str, float] = {}  # worker lane -> when its last product ended
 
-    def prepare(self, op, link: bool, warm: tuple = ()) -> None:
-        """Note op `op` (the next position): a copy across a link has no part here."""
+    def prepare(self, op, link: bool, warm: tuple = (), cold_price: float = 0.0) -> None:
+        """Note op `op` (the next position): a copy across a link has no part here.
+        `cold_price`: seconds a cold byte adds to it (`LastLevelCache.price`)."""
         self.part.append(0 if link else part_of(op))
-        self.touches.append((warm, op.out) if self.caches is not None and not link else None)
+        self.touches.append((warm, op.out, (*op.reads, op.out), cold_price)
+                            if self.caches is not None and not link else None)
 
     def start(self, lane: str, position: int, now: float, by_bytes: float) -> float:
         """The bytes time of op `position`, starting on `lane` at `now`, with what its place
@@ -71,8 +81,13 @@ class Places:
             by_bytes *= self.after_gemm
         touched = self.touches[position] if self.caches is not None else None
         if touched is not None:
-            warm, out = touched
-            by_bytes += self.caches.foreign(warm, out, lane) * self.price[part]
+            warm, out, every, cold_price = touched
+            if self.forget:
+                gone, warm = self.caches.stale(warm, now - self.forget)
+                by_bytes += gone * cold_price
+                self.caches.see(every, now)
+            if self.foreign:
+                by_bytes += self.caches.foreign(warm, out, lane) * self.price[part]
         return by_bytes
 
     def ended(self, lane: str, position: int, now: float) -> None:

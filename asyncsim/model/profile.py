@@ -111,7 +111,7 @@ _SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int,
             "pageable": int, "rss_keep": float, "native": int, "idle_spin": float,
             "table": int, "llc": float, "dram": float, "mix": float, "reclaim": float,
             "after_gemm": float, "t3_asleep": float,
-            "foreign": float, "foreign_gemm": float}
+            "foreign": float, "foreign_gemm": float, "forget": float}
 _MINIMUM = {"workers": 1, "cores": 1, "gpus": 0}
 
 
@@ -185,6 +185,9 @@ class Profile:
     # worker, adds: `foreign` for streaming ops, `foreign_gemm` for products (0: off; needs dram)
     foreign: float = 0.0
     foreign_gemm: float = 0.0
+    # seconds after which a buffer no CPU op touched is out of the caches, however little went
+    # through them meanwhile: the host's other tenants evict it (0: off; needs dram)
+    forget: float = 0.0
     # what a blocker costs to return when its wait outlasted `spin` and it fell asleep (0: t3)
     t3_asleep: float = 0.0
     meta: dict = field(default_factory=dict)
@@ -293,11 +296,13 @@ class Profile:
     @property
     def contended(self) -> bool:
         """Whether any host contention (wake-ups, the GIL, releases, re-checks, crowding, ops
-        slowed after products or by data another worker wrote) is modelled."""
+        slowed after products, by data another worker wrote or by caches that forget) is
+        modelled."""
         crowded = any(cost.crowd for key, cost in self.costs.items() if key.startswith("cpu:"))
         return bool(self.dispatch or self.wake or self.gil or self.release or self.recheck
                     or crowded or self.after_gemm > 1.0
-                    or (self.dram > 0 and (self.foreign > 0 or self.foreign_gemm > 0)))
+                    or (self.dram > 0 and (self.foreign > 0 or self.foreign_gemm > 0
+                                           or self.forget > 0)))
 
     # -- variants --------------------------------------------------------------------------
     def replace(self, **kv) -> Profile:

@@ -22,6 +22,14 @@ or 256 MiB there, from one calibration to the next), and `dram` what makes the m
 match the cold op: its output's bytes (x stays warm) move at `dram` where the warm op moved at
 its own pace, so 1 / dram = (cold - warm) / out_bytes + warm / op_bytes.
 
+`forgetting(elements, idles, rounds)`, `fit_forget(points)`: `profile.forget`, how long the
+caches keep a buffer no op touches. The same op on two buffers, after the core spun for each
+of `idles` seconds without touching memory: the host's other tenants evict our lines meanwhile
+(on the 2-core Intel Xeon VM, 8 MiB in and out: 580 us back to back, 620-640 after 15 ms,
+990-1000 after 40 ms). `forget` is the idle at which the op is halfway from its time back to
+back to its time after the longest idle, interpolated between the two idles around it; 0 where
+the longest idle is not `MIN_GAP` slower (nothing forgotten in that time).
+
 Units: elements (float32), bytes, seconds, bytes per second. Memory: (max(buffers) + 1) arrays.
 """
 
@@ -77,4 +85,38 @@ def fit(points: dict) -> dict:
     return found
 
 
-__all__ = ["fit", "sweep"]
+def forgetting(elements: int, idles: tuple[float, ...], rounds: int) -> dict:
+    """Seconds of `y = x + 1` on `elements` float32 after the core spun for each of `idles`
+    seconds: the median of `rounds`, the idles taken in turn within each round."""
+    x = np.ones(elements, np.float32)
+    out = np.empty(elements, np.float32)
+    np.add(x, 1.0, out=out)
+    each: list[list[float]] = [[] for _ in idles]
+    for _ in range(rounds):
+        for i, idle in enumerate(idles):
+            np.add(x, 1.0, out=out)  # both buffers touched: the idle alone sets their age
+            until = time.perf_counter() + idle
+            while time.perf_counter() < until:  # busy elsewhere: no memory of ours touched
+                pass
+            start = time.perf_counter()
+            np.add(x, 1.0, out=out)
+            each[i].append(time.perf_counter() - start)
+    return {"elements": elements, "idles": list(idles),
+            "seconds": [statistics.median(e) for e in each]}
+
+
+def fit_forget(points: dict) -> float:
+    """`profile.forget` (seconds; 0: off) from a `forgetting` run."""
+    idles, seconds = points["idles"], points["seconds"]
+    warm, cold = seconds[0], seconds[-1]
+    if len(idles) < 3 or cold < MIN_GAP * warm:
+        return 0.0
+    middle = 0.5 * (warm + cold)
+    for k in range(1, len(idles)):
+        (i0, s0), (i1, s1) = (idles[k - 1], seconds[k - 1]), (idles[k], seconds[k])
+        if s1 >= middle:
+            return float(i0 + (i1 - i0) * (middle - s0) / (s1 - s0) if s1 > s0 else i1)
+    return float(idles[-1])
+
+
+__all__ = ["fit", "fit_forget", "forgetting", "sweep"]

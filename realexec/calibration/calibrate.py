@@ -56,6 +56,8 @@ a program with:
   timed in a loop of its kind alone (`realexec.calibration.issuing.mixed_issue`);
 - `llc` and `dram`: the last-level cache's size and main memory's bandwidth, from an op whose
   output cycles through more and more buffers (`realexec.calibration.caches`);
+- `forget`: how long the caches keep a buffer no op touches, from an op timed after idle spells
+  of 0-80 ms (`realexec.calibration.caches.forgetting`);
 - `foreign`, `foreign_gemm`: what data another core wrote last adds per byte to a streaming op
   and to a product, from each timed after its buffers were written on its own core and on
   another (`realexec.calibration.places`; with two workers or more);
@@ -198,6 +200,7 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
                    reclaim=raw["reclaim"]["reclaim"] if native and "reclaim" in raw else 0.0,
                    after_gemm=raw.get("after_gemm", {}).get("after_gemm", 0.0),
                    t3_asleep=raw.get("t3_after_sleep", 0.0),
+                   forget=caches.fit_forget(raw["forget"]) if "forget" in raw else 0.0,
                    foreign=raw.get("places", {}).get("foreign", 0.0),
                    foreign_gemm=raw.get("places", {}).get("foreign_gemm", 0.0),
                    meta=json.loads(json.dumps({**meta, "measurements": raw})))  # as saved

@@ -63,6 +63,11 @@ class Settings:
     place_elements: int = 0
     place_product: tuple[int, int, int] = (128, 512, 2048)
     place_rounds: int = 40
+    # caches that forget (`realexec.calibration.caches.forgetting`): float32 elements, the idle
+    # spells (seconds), rounds; () idles: not measured
+    forget_elements: int = 0
+    forget_idles: tuple[float, ...] = ()
+    forget_rounds: int = 5
 
 
 # 2**23: the scenarios' largest arrays (2000 x 2000, ~2**22) spill out of the cache; with 2**22
@@ -106,7 +111,10 @@ FULL = Settings(sizes=(2**10, 2**13, 2**16, 2**18, 2**20, 2**21, 2**22, 2**23),
                 # last cache of the machines seen (warm to cold between 67 and 270 MB here)
                 llc_elements=2**21, llc_buffers=(1, 2, 3, 5, 9, 17, 33),
                 # 8 MiB and a dense layer's product (the MLP's first, batch 128)
-                place_elements=2**21, place_product=(128, 512, 2048), place_rounds=40)
+                place_elements=2**21, place_product=(128, 512, 2048), place_rounds=40,
+                # 8 MiB; up to 80 ms, where the op was as slow as with its buffers evicted
+                forget_elements=2**21, forget_idles=(0.0, 0.005, 0.01, 0.02, 0.04, 0.08),
+                forget_rounds=5)
 QUICK = Settings(sizes=(2**8, 2**12, 2**16, 2**18), dot_sides=(16, 64, 256), gemv_sides=(64, 256),
                  repeats=3, sweeps=1, issue_ops=100, loops=5, roundtrips=50,
                  blocker_sizes=(2**4, 2**14),
@@ -190,6 +198,9 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
     if s.llc_elements:
         bar.set_postfix_str("last-level cache")
         raw["caches"] = step(caches.sweep, s.llc_elements, s.llc_buffers, *s.llc_repeats)
+    if s.forget_idles:
+        raw["forget"] = step(caches.forgetting, s.forget_elements, s.forget_idles,
+                             s.forget_rounds)
     if s.place_elements and workers > 1:
         raw["places"] = step(places.other_core, s.place_elements, s.place_product,
                              s.place_rounds)
