@@ -28,8 +28,9 @@ with their data in each of these places:
 Each place prints its median over the repeats of each round (the median of the rounds, and
 their range), its ratio to warm in the same round, and what the model adds for that place with
 this machine's cached profile (`realexec.calibrate`): `asyncsim.model.caches` charges only bytes
-beyond the last-level cache (`Profile.llc`) more, at `Profile.dram`, and nothing for a product
-or a sampler, whose compute it takes to hide the memory, and `asyncsim.model.places` an input
+beyond the last-level cache (`Profile.llc`) more, at `Profile.dram` (`caches.cold_price`: a
+product pays them on top of its compute, a sampler nothing, its compute hiding the memory), and
+the bytes of a sleep longer than `Profile.forget`, and `asyncsim.model.places` an input
 that another core wrote at `Profile.foreign` per byte (`foreign_gemm` for a product); the
 model's warm time is the profile's cost of the op. The range column is over the rounds: where
 it is wide, the place is not one state (the other core's writes, read back, took 80 us in one
@@ -58,6 +59,7 @@ import time
 import numpy as np
 
 import asyncsim
+from asyncsim.model.caches import cold_price
 from asyncsim.model.places import foreign_price, part_of
 from realexec.calibration import caches
 from realexec.calibration.calibrate import calibrate
@@ -112,8 +114,7 @@ def model_extra(profile, op, cold: float) -> tuple[float, float]:
     """(the model's seconds for `op` warm, what `cold` bytes add: `asyncsim.model.caches`)."""
     cost = profile.rule(op)[1]
     warm = cost.time(op.nbytes, op.flops)
-    pace = (warm - cost.latency) / op.nbytes
-    return warm, cold * max(0.0, 1.0 / profile.dram - pace) if profile.dram else 0.0
+    return warm, cold * cold_price(op, cost, profile.dram) if profile.dram else 0.0
 
 
 def program_ops(rows: int) -> dict:
@@ -213,6 +214,8 @@ def main() -> None:
                 if not rounds[place]:
                     continue
                 cold = {"output cold": o.nbytes, "all cold": model_op.nbytes}.get(place, 0.0)
+                if place == "after a sleep" and 0 < profile.forget < SLEEP_S:  # forgotten
+                    cold = model_op.nbytes
                 _, extra = model_extra(profile, model_op, cold)
                 if place == "input from the other core" and profile.dram:  # as Places prices it
                     extra += a.nbytes * foreign_price(profile, part_of(model_op))

@@ -19,11 +19,13 @@ numpy). With `profile.dram` > 0 (0: off, so the closed forms hold exactly):
 - a cold byte moves at `profile.dram` bytes/s at best: an op adds `cold * (1/dram - pace)`
   seconds, where `pace` is its calibrated seconds per byte (flops included), and nothing when
   it was slower than that already (a sampler: compute hides the memory). A product or a
-  convolution is the exception: it adds `cold / dram` whatever its pace, because BLAS copies
-  its operands into packed panels before it computes on them, and that copy waits on memory
-  with nothing to hide behind. A 128x512 by 512x2048 product ran 1.80-1.82 ms with its 4 MiB
-  weight warm and 2.00-2.24 ms with it evicted, 0.2-0.4 ms more, where 4 MiB at `dram`
-  (11.6 GB/s) takes 0.36 ms (2-core Intel Xeon VM; `notes/ACCURACY.md`, "Caches forget").
+  convolution is the exception: it adds `cold / dram` whatever its pace, as BLAS copies its
+  operands into packed panels before it computes on them, with nothing to hide that copy
+  behind. A 128x512 by 512x2048 product ran 1.67-1.82 ms warm and 0.2-0.4 ms slower with its
+  4 MiB weight evicted, where 4 MiB at `dram` (11.6 GB/s) takes 0.36 ms. This is a proxy: the
+  product was as much slower with only its 256 KiB input or its 1 MiB output evicted, so a
+  small cold operand is priced too low (2-core Intel Xeon VM; `notes/ACCURACY.md`, "Caches
+  forget").
 - the caches also forget with time (`profile.forget` seconds, 0: off): the last level is shared
   with the host's other tenants, whose data evicts ours while our ops look elsewhere. A buffer
   no op touched for longer than `forget` is cold, however few bytes went through in between.
@@ -83,6 +85,16 @@ def make_room(spare: dict, last_given: dict, size: int, over: int) -> tuple[list
         if freed >= over:
             break
     return taken, freed
+
+
+def cold_price(op, cost, dram: float) -> float:
+    """Seconds a cold byte adds to `op`, whose warm price is `cost`, where main memory moves
+    `dram` bytes/s: `1 / dram` for a product or convolution, `1 / dram` less the op's own pace
+    for any other op (nothing where it is slower than memory already)."""
+    if part_of(op) == GEMM:
+        return 1.0 / dram
+    pace = (cost.time(op.nbytes, op.flops) - cost.latency) / op.nbytes
+    return max(0.0, 1.0 / dram - pace)
 
 
 class LastLevelCache:
@@ -170,11 +182,8 @@ class LastLevelCache:
         return cold * self.price(op, cost), warm
 
     def price(self, op, cost) -> float:
-        """Seconds a cold byte adds to `op` (see the module's docstring)."""
-        if part_of(op) == GEMM:
-            return 1.0 / self.dram
-        pace = (cost.time(op.nbytes, op.flops) - cost.latency) / op.nbytes
-        return max(0.0, 1.0 / self.dram - pace)
+        """Seconds a cold byte adds to `op`: `cold_price`."""
+        return cold_price(op, cost, self.dram)
 
     def stale(self, warm: tuple[int, ...], since: float) -> tuple[int, tuple[int, ...]]:
         """Bytes of `warm` that no op touched after time `since`, and the rest of `warm`."""
@@ -207,4 +216,4 @@ class LastLevelCache:
         return moved
 
 
-__all__ = ["LastLevelCache", "make_room", "size_class"]
+__all__ = ["LastLevelCache", "cold_price", "make_room", "size_class"]
