@@ -378,3 +378,16 @@ def test_the_prices_of_data_another_core_wrote_come_from_its_measurement(quick_p
     changed["measurements"]["places"].update(foreign=2e-11, foreign_gemm=5e-11)
     again = cal.refit(dataclasses.replace(p, meta=changed))
     assert (again.foreign, again.foreign_gemm) == (2e-11, 5e-11)
+
+
+def test_forget_comes_from_the_op_timed_after_idle_spells(quick_profile):
+    """A quick calibration does not time the idle spells (`forget` 0: off); a refit of a
+    profile whose measurements hold such a run takes `forget` from it, where the op is halfway
+    to its slowest."""
+    p = quick_profile
+    assert "forget" not in p.meta["measurements"] and p.forget == 0.0
+    changed = json.loads(json.dumps(p.meta))
+    changed["measurements"]["forget"] = {"elements": 2**21, "idles": [0.0, 0.02, 0.04, 0.08],
+                                         "seconds": [6e-4, 6e-4, 8e-4, 1e-3]}
+    again = cal.refit(dataclasses.replace(p, meta=changed))
+    assert again.forget == pytest.approx(0.04)
