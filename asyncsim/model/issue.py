@@ -218,7 +218,8 @@ class FrontendProcess:
             if op.fresh:
                 self.caches.take(op.out)
             cold, warm = self.caches.extra(op, lane_cost)
-            cold_price = self.caches.price(op, lane_cost) if op.nbytes else 0.0
+            if self.profile.forget and op.nbytes:  # priced when it starts (`places`)
+                cold_price = self.caches.price(op, lane_cost)
         if link:
             self.durations.append(lane_cost.time(op.nbytes / 2, 0.0))
         else:

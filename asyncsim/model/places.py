@@ -69,7 +69,8 @@ class Places:
         """Note op `op` (the next position): a copy across a link has no part here.
         `cold_price`: seconds a cold byte adds to it (`LastLevelCache.price`)."""
         self.part.append(0 if link else part_of(op))
-        self.touches.append((warm, op.out, (*op.reads, op.out), cold_price)
+        every = (*op.reads, op.out) if self.forget else ()
+        self.touches.append((warm, op.out, every, cold_price)
                             if self.caches is not None and not link else None)
 
     def start(self, lane: str, position: int, now: float, by_bytes: float) -> float:
