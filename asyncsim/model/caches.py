@@ -173,14 +173,6 @@ class LastLevelCache:
             touched[var] = clock
         return min(cold, op.nbytes), tuple(warm)
 
-    def extra(self, op, cost) -> tuple[float, tuple[int, ...]]:
-        """Seconds `op`'s cold bytes add to its calibrated `cost`, and the vars it finds warm
-        (for `foreign`)."""
-        cold, warm = self.cold_bytes(op)
-        if not cold:
-            return 0.0, warm
-        return cold * self.price(op, cost), warm
-
     def price(self, op, cost) -> float:
         """Seconds a cold byte adds to `op`: `cold_price`."""
         return cold_price(op, cost, self.dram)

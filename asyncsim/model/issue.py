@@ -217,9 +217,12 @@ class FrontendProcess:
         if self.caches is not None and not link and device_kind(op.device) == "cpu":
             if op.fresh:
                 self.caches.take(op.out)
-            cold, warm = self.caches.extra(op, lane_cost)
-            if self.profile.forget and op.nbytes:  # priced when it starts (`places`)
+            cold_bytes, warm = self.caches.cold_bytes(op)
+            # priced now for the bytes found cold, and when it starts for those the caches
+            # forgot meanwhile (`places`)
+            if op.nbytes and (cold_bytes or self.profile.forget):
                 cold_price = self.caches.price(op, lane_cost)
+                cold = cold_bytes * cold_price
         if link:
             self.durations.append(lane_cost.time(op.nbytes / 2, 0.0))
         else:
