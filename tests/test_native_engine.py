@@ -53,6 +53,26 @@ def test_a_chain_runs_in_order_and_gives_its_edges_back():
     assert buf[t.H_DONE] == 3 and buf[t.H_LOW] == 3 and buf[t.H_ECOUNT] == 0
 
 
+def test_push_past_numbas_dispatcher_converts_and_refuses_as_the_dispatcher_does():
+    entry = t.entry(t.push, t.PUSH_TYPES)
+    assert entry is not t.push  # compiled, not the dispatcher
+    buf, s = t.new_state(16, 0)
+    # a numpy integer, and an int where the scalar (a float) is declared
+    assert entry(s, 0, 0, 0, PYTHON, 0, 0, np.int64(3), 0, 0, 0, 1, 0, -1, -1, -1, NONE, 7,
+                 0, 0)
+    assert not entry(s, 1, 1, 0, PYTHON, 0, 0, 3, 0, 0, 0, 2.5, 0, 0, -1, -1, NONE, 8, 0, 0)
+    assert buf[t.H_NEXT] == 2 and buf[t.H_ECOUNT] == 1  # op 1 waits for op 0
+    rec = t.OPS + t.STRIDE
+    assert buf[rec + t.F_N] == 3 and buf[rec + t.F_OP] == 8
+    assert s.view(np.float64)[rec + t.F_SCALAR] == 2.5
+    with pytest.raises(TypeError):  # an array of another dtype is refused, not misread
+        entry(s, 2, 2, 0, PYTHON, 0, 0, 0, 0, 0, 0, 0.0, 0, -1, -1, -1, np.empty(0, np.int32),
+              9, 0, 0)
+    with pytest.raises(OverflowError):
+        entry(s, 2, 2, 0, PYTHON, 0, 0, 0, 0, 0, 0, 0.0, 0, -1, -1, -1, NONE, 1 << 70, 0, 0)
+    assert buf[t.H_NEXT] == 2  # neither refused call recorded anything
+
+
 def test_a_diamond_waits_for_both_sides_and_the_mark_waits_for_the_slowest():
     buf, s = t.new_state(16, 0)
     push(s, 0)
