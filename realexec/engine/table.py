@@ -3,7 +3,9 @@ each lane's ready queue, and the compiled functions over it that need no GIL.
 
 Why one array: a compiled call from Python costs ~25 ns per argument to unbox, so everything a
 worker and the frontend share is one argument; Python reads single items through an `array('q')`
-over the same memory (`realexec.engine.native`).
+over the same memory (`realexec.engine.native`). The frontend calls `push` through its compiled
+entry point (`entry`), not numba's dispatcher, which would work out every argument's type at
+every call.
 
 Layout (`new_state`): a header of counters, a header per lane, then the op records of `cap`
 slots (op token t lives in slot t % cap; `at(slot, field)`), the edge pool, and per lane a ring
