@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import carray, njit
+from numba import carray, njit, types
 
 from asyncsim.nd.ops import COMPILED, block_broadcast
 from realexec.cpu.blas import SIDE, addresses, packed
@@ -189,6 +189,10 @@ def _run_typed(kind, code, n, a, b, out, scalar, blas, dtype):
         scalar_flat(code, x, scalar, y)
     else:
         binary_flat(code, x, carray(pointer(b), n, dtype), y)
+
+
+# run_native's argument types, for a caller past numba's dispatcher (`table.entry`)
+RUN_TYPES = (*[types.int64] * 7, types.float64, types.int64)
 
 
 @njit(nogil=True, cache=True)

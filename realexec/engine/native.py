@@ -45,17 +45,15 @@ Differences, and why:
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
 import threading
 from time import perf_counter_ns
 
 import numpy as np
-from numba import types
 
 from asyncsim.nd.deps import Deps
-from realexec.cpu.worker import GEMM_ADDRESSES, PYTHON, run_native
+from realexec.cpu.worker import GEMM_ADDRESSES, PYTHON, RUN_TYPES, run_native
 from realexec.engine import placement, shutdown, sleep
 from realexec.engine import table as t
 from realexec.engine.core import FRONTEND, Lane, default_workers, settings
@@ -88,7 +86,8 @@ class NativeEngine(WorkerThreads, DeferredFrees, TableSpans, shutdown.Ending):
         self._harvest_every = min(2 * BLOCK, capacity // 2)
         self._buf, self.state = t.new_state(capacity, int(IDLE_SPIN_S * 1e9), default_workers(),
                                             GEMM_ADDRESSES)
-        self._push = _push_entry()
+        self._push = t.entry(t.push, t.PUSH_TYPES)
+        self._run = t.entry(run_native, RUN_TYPES) if self._sync else None
         if not pin and hasattr(os, "sched_getaffinity"):  # (pinned workers stay put)
             placement.allow(self.state, os.sched_getaffinity(0))
         self._done = _done_in(self._buf, capacity)  # a closure: no reference cycle to self
@@ -222,8 +221,7 @@ class NativeEngine(WorkerThreads, DeferredFrees, TableSpans, shutdown.Ending):
                 self._run_python(slot, self._labels[0], log=True)
             else:
                 # the BLAS address read as a Python int: a numpy scalar costs numba more to unbox
-                _run_entry()(kind, code, dtype, n, a, b, out, scalar,
-                             self._buf[t.H_GEMM + dtype])
+                self._run(kind, code, dtype, n, a, b, out, scalar, self._buf[t.H_GEMM + dtype])
                 self._log.append((self._labels[0], "exec", name, op_id, start, perf_counter_ns()))
         finally:
             self._ops[slot] = None
@@ -369,18 +367,6 @@ class NativeEngine(WorkerThreads, DeferredFrees, TableSpans, shutdown.Ending):
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{self.pending} pending"
         return f"NativeEngine({self.mode}, {self.workers} worker(s), {state})"
-
-
-@functools.cache
-def _push_entry():
-    """`table.push`, called without numba's dispatcher (`table.entry`), compiled once."""
-    return t.entry(t.push, t.PUSH_TYPES)
-
-
-@functools.cache
-def _run_entry():
-    """`run_native` as sync mode calls it: without numba's dispatcher, compiled once."""
-    return t.entry(run_native, (*[types.int64] * 7, types.float64, types.int64))
 
 
 def _cores() -> list[int]:

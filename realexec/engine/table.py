@@ -32,6 +32,7 @@ Units: nanoseconds (`atomics.now_ns`, Python's perf_counter_ns clock).
 
 from __future__ import annotations
 
+import functools
 from array import array
 
 import numpy as np
@@ -252,7 +253,8 @@ PUSH_TYPES = (types.int64[::1], *[types.int64] * 10, types.float64, *[types.int6
               types.int64[::1], *[types.int64] * 3)
 
 
-def entry(dispatcher, argtypes):
+@functools.cache  # an engine asks at its start; compiling, even from the cache, takes ms
+def entry(dispatcher, argtypes: tuple):
     """The compiled function behind `dispatcher` for exactly `argtypes`, to be called without
     the dispatcher: it works out the numba type of every argument at every call, which cost
     `push` 0.3 of its 0.63 us (20 arguments, AMD EPYC VM). The entry point converts each
@@ -261,9 +263,8 @@ def entry(dispatcher, argtypes):
     where numba compiles nothing (`NUMBA_DISABLE_JIT`)."""
     if not hasattr(dispatcher, "overloads"):
         return dispatcher
-    sig = tuple(argtypes)
-    dispatcher.compile(sig)  # from numba's cache when it holds it
-    return dispatcher.overloads[sig].entry_point
+    dispatcher.compile(argtypes)  # from numba's cache when it holds it
+    return dispatcher.overloads[argtypes].entry_point
 
 
 @njit(nogil=True, cache=True)
