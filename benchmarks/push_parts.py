@@ -4,10 +4,11 @@ next to nothing, side by side in one run, with the machine.
     python benchmarks/push_parts.py [--rounds 16] [--ops 5000]
 
 The loop is `benchmarks/overhead.py`'s "nd per op, async + drain" (a (1, 2) array, one worker of
-the compiled engine draining while the frontend pushes). Each round runs every variant once, in
-turn, each in a fresh session after an untimed warm-up; the figures are microseconds per op, the
-median and the lowest over the rounds (this machine's speed moves from second to second). What
-each variant replaces:
+the compiled engine draining while the frontend pushes), and the same loop in sync mode (each op
+run inside its push, which needs no dependency analysis: only the deletions ask it). Each round
+runs every variant once, in turn, each in a fresh session after an untimed warm-up; the figures
+are microseconds per op, the median and the lowest over the rounds (this machine's speed moves
+from second to second). What each variant replaces:
 
 - "pool accounting": the CPU pool's acquire and release by a list of free arrays per shape (no
   lock, no live bytes, no samples), its buffers' addresses registered as the pool's are;
@@ -95,12 +96,12 @@ VARIANTS = {"as shipped": "as shipped", "pool accounting": "without pool account
             "both": "without both", "both + small var": "without both, a small var"}
 
 
-def per_op(variant: str, n: int) -> float:
-    """Seconds per op of the loop with `variant`'s stand-ins."""
+def per_op(variant: str, n: int, mode: str = "async") -> float:
+    """Seconds per op of the loop with `variant`'s stand-ins, in `mode`."""
     lists = FreeLists()
     frontend.Var = SmallVar if variant == "both + small var" else Var
     try:
-        with realexec.session(workers=1) as nd:
+        with realexec.session(workers=1, mode=mode) as nd:
             backend = nd._backend
             if variant in ("pool accounting", "both", "both + small var"):
                 backend._acquire_cpu, backend._release_cpu = lists.acquire, lists.release
@@ -119,7 +120,8 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=5000)
     args = parser.parse_args()
     print(f"machine: {frontend.machine()}")
-    times: dict[str, list[float]] = {name: [] for name in ("numpy", "nd alone", *VARIANTS)}
+    names = ("numpy", "nd alone", *VARIANTS, *[f"{v} (sync)" for v in VARIANTS])
+    times: dict[str, list[float]] = {name: [] for name in names}
     a = np.ones((1, 2), np.float32)
     for _ in range(args.rounds):
         start = time.perf_counter()
@@ -129,11 +131,13 @@ def main() -> None:
         times["nd alone"].append(nd_per_op(ND(NullBackend()), args.ops))
         for variant in VARIANTS:
             times[variant].append(per_op(variant, args.ops))
+            times[f"{variant} (sync)"].append(per_op(variant, args.ops, "sync"))
     print(f"y = x + 1 on a (1, 2) array, us per op over {args.rounds} rounds of {args.ops} ops")
-    print(f"{'':28s} {'median':>7s} {'lowest':>7s}")
+    print(f"{'':38s} {'median':>7s} {'lowest':>7s}")
     for name, values in times.items():
-        label = VARIANTS.get(name, name)
-        print(f"{label:28s} {statistics.median(values) * 1e6:7.2f} {min(values) * 1e6:7.2f}")
+        variant, sync = name.removesuffix(" (sync)"), name.endswith(" (sync)")
+        label = VARIANTS.get(variant, variant) + (", sync mode" if sync else "")
+        print(f"{label:38s} {statistics.median(values) * 1e6:7.2f} {min(values) * 1e6:7.2f}")
 
 
 if __name__ == "__main__":
