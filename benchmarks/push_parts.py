@@ -15,12 +15,18 @@ from second to second). What each variant replaces:
 - "dependency analysis": the engine's `Deps` by one that finds no predecessor and no user (right
   for this loop's ops, whose input was written long before; its deletions give buffers back at
   once, which is wrong in general and harmless here);
-- both, and both with a var object of four slots instead of eleven.
+- both, and both with a var object of four slots instead of eleven;
+- "lean": the frontend's fast path written down to what would stay in Python if the pool's
+  accounting, the analysis and the op records all lived in the one compiled call (`Lean`): the
+  output from free lists, a small var, the table's slot and read-out, the compiled push (in sync
+  mode the compiled kernel); a drop gives the buffer back at once.
 
 "numpy" is numpy's own `b = a + 1` on the same array, and "nd alone" the frontend over a backend
 that does nothing (`overhead.NullBackend`). The gap between "both + small var" and "nd alone" is
-what stays in Python per op even with the pool and the dependency analysis compiled: the push's
-and the deletion's own code, the compiled call, the frontend's records. Not a target: a map of
+what stays in Python per op with the pool and the dependency analysis compiled but the engine's
+Python as it is: the push's and the deletion's own code, the compiled call, the records. "lean"
+is the floor of a design that compiles those too, before the compiled work they would add (a
+var's deletion, a call of its own unless it rides on the next push). Not a target: a map of
 where the time goes.
 """
 
@@ -36,6 +42,8 @@ from overhead import NullBackend, nd_per_op
 import realexec
 import realexec.frontend as frontend
 from asyncsim.nd.frontend import ND
+from realexec.cpu.loops import ADD
+from realexec.cpu.worker import SCALAR
 from realexec.engine.deps import Var
 from realexec.engine.memory import ADDRESSES
 
@@ -91,9 +99,47 @@ class SmallVar:
         self.name, self.data, self.ptr, self.failure = name, data, 0, None
 
 
+class Lean:
+    """The frontend's side of a push with every record kept in compiled code: the fast path's
+    output array from free lists, a small var, the table's slot and read-out, and the compiled
+    push itself called at once (no predecessors: right for this loop; in sync mode the compiled
+    kernel call); a drop gives the buffer back at once. What stays in Python if the pool, the
+    analysis and the op records all move into the one compiled call (which would then do their
+    work too, costing it a little more, and a var's deletion would need that call too)."""
+
+    def __init__(self, backend, lists: FreeLists):
+        self.engine, self.vars, self.lists = backend.engine, backend.vars, lists
+        self.number = self.engine._number("add_scalar")
+        self.none = np.empty(0, np.int64)
+
+    def issue_same(self, op_id, name, reads, var, shape, dtype, device, attrs, nbytes):
+        t_issue = time.perf_counter_ns()
+        engine, vars_ = self.engine, self.vars
+        x = vars_[reads[0]]
+        data = self.lists.acquire(shape, dtype)
+        out = vars_[var] = SmallVar("cpu", data)
+        out.ptr = ADDRESSES[id(data.base)]
+        if engine._sync:  # the kernel at once, as sync mode's push runs it
+            engine._run(SCALAR, ADD, 0, 2, x.ptr, x.ptr, out.ptr, float(attrs["scalar"]), 0)
+            return
+        token = engine._next
+        if token >= engine._next_harvest:
+            engine._harvest(token)
+        engine._next = token + 1
+        engine._push(engine.state, token & (engine.cap - 1), token, 0, SCALAR, ADD, 0, 2,
+                     x.ptr, x.ptr, out.ptr, float(attrs["scalar"]), 0, -1, -1, -1, self.none,
+                     op_id, self.number, t_issue)
+
+    def free(self, var):
+        ev = self.vars.pop(var, None)
+        if ev is not None:
+            self.lists.release(ev.data)
+
+
 VARIANTS = {"as shipped": "as shipped", "pool accounting": "without pool accounting",
             "dependency analysis": "without dependency analysis",
-            "both": "without both", "both + small var": "without both, a small var"}
+            "both": "without both", "both + small var": "without both, a small var",
+            "lean": "lean: one compiled call, no records"}
 
 
 def per_op(variant: str, n: int, mode: str = "async") -> float:
@@ -107,6 +153,13 @@ def per_op(variant: str, n: int, mode: str = "async") -> float:
                 backend._acquire_cpu, backend._release_cpu = lists.acquire, lists.release
             if variant in ("dependency analysis", "both", "both + small var"):
                 backend.engine._deps = NoDeps()
+            if variant == "lean":
+                x = nd.ones((1, 2))  # written by the general path, read by the lean one
+                x.wait_to_read()
+                lean = Lean(backend, lists)
+                nd._issue_same, nd._free = lean.issue_same, lean.free
+                nd_per_op(nd, n // 5, drain=True, x=x)
+                return nd_per_op(nd, n, drain=True, x=x)
             nd_per_op(nd, n // 5, drain=True)
             return nd_per_op(nd, n, drain=True)
     finally:
@@ -133,11 +186,11 @@ def main() -> None:
             times[variant].append(per_op(variant, args.ops))
             times[f"{variant} (sync)"].append(per_op(variant, args.ops, "sync"))
     print(f"y = x + 1 on a (1, 2) array, us per op over {args.rounds} rounds of {args.ops} ops")
-    print(f"{'':38s} {'median':>7s} {'lowest':>7s}")
+    print(f"{'':50s} {'median':>7s} {'lowest':>7s}")
     for name, values in times.items():
         variant, sync = name.removesuffix(" (sync)"), name.endswith(" (sync)")
         label = VARIANTS.get(variant, variant) + (", sync mode" if sync else "")
-        print(f"{label:38s} {statistics.median(values) * 1e6:7.2f} {min(values) * 1e6:7.2f}")
+        print(f"{label:50s} {statistics.median(values) * 1e6:7.2f} {min(values) * 1e6:7.2f}")
 
 
 if __name__ == "__main__":
