@@ -10,6 +10,8 @@ runs every variant once, in turn, each in a fresh session after an untimed warm-
 are microseconds per op, the median and the lowest over the rounds (this machine's speed moves
 from second to second). What each variant replaces:
 
+- "one drop at a time": not a stand-in but the engine before its dropped results went back in
+  runs (`realexec.frontend.DROP_BATCH`): each drop deleted and given back alone;
 - "pool accounting": the CPU pool's acquire and release by a list of free arrays per shape (no
   lock, no live bytes, no samples), its buffers' addresses registered as the pool's are;
 - "dependency analysis": the engine's `Deps` by one that finds no predecessor and no user (right
@@ -69,6 +71,10 @@ class FreeLists:
         if spare is None:
             spare = self.free[array.shape] = []
         spare.append(array)
+
+    def release_many(self, arrays):
+        for array in arrays:
+            self.release(array)
 
     def close(self):
         for raw in self.raws:
@@ -136,7 +142,8 @@ class Lean:
             self.lists.release(ev.data)
 
 
-VARIANTS = {"as shipped": "as shipped", "pool accounting": "without pool accounting",
+VARIANTS = {"as shipped": "as shipped", "one drop at a time": "drops handed over one at a time",
+            "pool accounting": "without pool accounting",
             "dependency analysis": "without dependency analysis",
             "both": "without both", "both + small var": "without both, a small var",
             "lean": "lean: one compiled call, no records"}
@@ -149,8 +156,11 @@ def per_op(variant: str, n: int, mode: str = "async") -> float:
     try:
         with realexec.session(workers=1, mode=mode) as nd:
             backend = nd._backend
+            if variant == "one drop at a time":
+                backend._drops = None  # each drop deleted alone, as before runs of them
             if variant in ("pool accounting", "both", "both + small var"):
                 backend._acquire_cpu, backend._release_cpu = lists.acquire, lists.release
+                backend._release_many_cpu = lists.release_many
             if variant in ("dependency analysis", "both", "both + small var"):
                 backend.engine._deps = NoDeps()
             if variant == "lean":

@@ -6,7 +6,8 @@ never take the GIL and the pool is Python, so the deletion runs on the frontend 
 `delete_var` gives the buffer back at once when the var's ops are done (below the low-water mark,
 or each of them done), and otherwise keeps it pending until a later push, blocker or
 `max_inflight` wait finds them done (`_run_frees`). Memory therefore comes back a few ops late,
-never early.
+never early. `delete_vars` takes a run of deleted vars at once (the frontend's small dropped
+results), their free buffers given back in one call.
 
 `DeferredFrees` is a part of `realexec.engine.native.NativeEngine`, which sets the state its
 methods use: `_deps` (the dependency analysis, whose `drop` names a var's users), `_buf` (the
@@ -45,6 +46,23 @@ class DeferredFrees:
             fn(*args)
         else:
             heapq.heappush(self._frees, (users[-1], next(self._free_seq), users, fn, args))
+
+    def delete_vars(self, vars_, give_back, one) -> None:
+        """`delete_var` for several vars whose memory is their `data`: what is free at once goes
+        back in one call, `give_back(arrays)`; the rest waits, each for `one(array)`. The
+        frontend hands its dropped small results over so (`realexec.frontend`)."""
+        ready = []
+        drop, low, done = self._deps.drop, self._buf[t.H_LOW], self._done
+        closed = self._closed
+        for var in vars_:
+            users = drop(var)  # in push order: the last is the largest token
+            if not users or users[-1] < low or closed or all(map(done, users)):
+                ready.append(var.data)
+            else:
+                heapq.heappush(self._frees, (users[-1], next(self._free_seq), users, one,
+                                             (var.data,)))
+        if ready:
+            self._give_back(give_back, (ready,))
 
     def _run_frees(self, every: bool = False) -> None:
         """Give back the memory of deleted vars whose ops are all done (`every`: all of them,

@@ -1,0 +1,171 @@
+"""Small dropped results go back to the compiled engine in runs: `DROP_BATCH` of them, or all
+of them at the next blocker, mark or trace, in one call (`NativeEngine.delete_vars`) and one
+release of the pool (`Pool.release_many`). Their memory comes back that many drops late at most,
+never before their ops are done (DESIGN.md's rule), and none is lost.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+import realexec
+from realexec.cpu import kernels as cpu
+from realexec.engine.memory import BufferCache, Pool
+from realexec.frontend import DROP_BATCH, DROP_BYTES
+
+SHAPES = [(1,), (16,), (100,), (1000,), (300, 300)]
+
+
+def _state(pool: Pool) -> tuple:
+    cache = pool.cache
+    return (pool.live_bytes, pool.peak_bytes, cache.cached_bytes,
+            sorted((size, len(free)) for size, free in cache.free.items() if free))
+
+
+@given(picks=st.lists(st.tuples(st.sampled_from(SHAPES), st.booleans()), min_size=1,
+                      max_size=12),
+       cap=st.sampled_from([1 << 30, 1 << 20, 4096]))
+def test_releasing_many_at_once_counts_as_releasing_each(picks, cap):
+    """For any arrays and any cache cap: `release_many` of some of them leaves live and peak
+    bytes, the cached bytes and the free lists as releasing them one by one does, with one
+    memory sample instead of one each."""
+    pools = [Pool("cpu", BufferCache(max_bytes=cap)) for _ in range(2)]
+    chosen = []
+    for pool in pools:
+        arrays = [pool.acquire(shape, "float32") for shape, _ in picks]
+        chosen.append([a for a, (_, give) in zip(arrays, picks, strict=True) if give])
+    for a in chosen[0]:
+        pools[0].release(a)
+    samples = len(pools[1].samples)
+    pools[1].release_many(chosen[1])
+    assert _state(pools[0]) == _state(pools[1])
+    assert len(pools[1].samples) - samples <= max(1, len(chosen[1]))
+
+
+def test_releasing_many_of_a_class_already_cached_takes_one_sample():
+    """Arrays whose size class the cache has seen come back with one sample in all."""
+    pool = Pool("cpu", BufferCache())
+    pool.release(pool.acquire((4,), "float32"))
+    arrays = [pool.acquire((4,), "float32") for _ in range(10)]
+    samples = len(pool.samples)
+    pool.release_many(arrays)
+    assert len(pool.samples) == samples + 1
+    assert pool.samples[-1][2] == pool.live_bytes == 0
+    again = pool.acquire((4,), "float32")
+    assert any(np.shares_memory(again, a) for a in arrays)  # back in the cache
+
+
+def _results(nd, x, n):
+    """n fresh results of the compiled fast path, every op done."""
+    kept = [x + 1 for _ in range(n)]
+    nd.waitall()
+    return kept
+
+
+def test_small_drops_come_back_together_at_the_batchs_size():
+    """Dropping done results one by one: none comes back until the `DROP_BATCH`th, then all."""
+    with realexec.session(workers=1) as nd:
+        pool = nd._backend.pools["cpu"]
+        x = nd.ones((4,))
+        kept = _results(nd, x, DROP_BATCH)
+        held = pool.live_bytes
+        for k in range(DROP_BATCH - 1):
+            kept.pop()
+            assert pool.live_bytes == held, k
+        kept.pop()
+        assert pool.live_bytes == held - DROP_BATCH * 16
+        assert pool.live_bytes == x.nbytes
+
+
+def test_a_blocker_a_mark_and_a_trace_give_the_drops_back():
+    """Fewer drops than a batch come back at the next blocker, region mark or trace."""
+    with realexec.session(workers=1) as nd:
+        pool = nd._backend.pools["cpu"]
+        x = nd.ones((4,))
+        backend = nd._backend
+        for give_back in (nd.waitall, lambda: x.wait_to_read(),
+                          lambda: backend.mark("region", True), backend.trace):
+            kept = _results(nd, x, 3)
+            del kept
+            assert pool.live_bytes == 4 * 16
+            give_back()
+            assert pool.live_bytes == 16
+
+
+def test_results_above_the_size_go_back_at_once():
+    """A result of more than `DROP_BYTES` is deleted when dropped, as before."""
+    with realexec.session(workers=1) as nd:
+        pool = nd._backend.pools["cpu"]
+        x = nd.ones((DROP_BYTES // 4 + 1,))
+        y = x + 1
+        nd.waitall()
+        del y
+        assert pool.live_bytes == x.nbytes
+
+
+def test_a_result_dropped_after_the_session_goes_back_at_once():
+    """Once the session is closed, a small result still held goes back when dropped."""
+    with realexec.session(workers=1) as nd:
+        pool = nd._backend.pools["cpu"]
+        y = nd.ones((4,)) + 1
+    assert pool.live_bytes == 16
+    del y
+    assert pool.live_bytes == 0
+
+
+def test_a_run_of_drops_waits_for_the_ops_that_use_them():
+    """Dropped results whose ops still wait (their input's op is held) stay live through the
+    hand-over and come back only once those ops ran; the results read right meanwhile."""
+    gate = threading.Event()
+    with realexec.session(workers=1) as nd:
+        nd._backend.kernels = {**cpu.KERNELS, "ones": _gated("ones", gate)}
+        pool = nd._backend.pools["cpu"]
+        x = nd.ones((4,))
+        dropped = [x + 1 for _ in range(DROP_BATCH)]
+        kept = x * 3
+        del dropped  # one run: handed over, none of it done
+        assert pool.live_bytes == (DROP_BATCH + 2) * 16
+        gate.set()
+        np.testing.assert_array_equal(kept.asnumpy(), np.full(4, 3, np.float32))
+        nd.waitall()
+        assert pool.live_bytes == 2 * 16
+
+
+def test_a_drop_made_during_the_hand_over_is_not_lost():
+    """A result dropped while a run is being handed over (a collection on another thread, or
+    inside the hand-over) stays for the next run; every buffer comes back."""
+    with realexec.session(workers=1) as nd:
+        backend = nd._backend
+        pool, engine = backend.pools["cpu"], backend.engine
+        x = nd.ones((4,))
+        late = _results(nd, x, 1)
+        kept = _results(nd, x, DROP_BATCH)
+        real = engine.delete_vars
+
+        def meanwhile(vars_, give_back, one):
+            if late:
+                late.pop()  # its drop lands in the list being handed over
+            real(vars_, give_back, one)
+
+        engine.delete_vars = meanwhile
+        try:
+            del kept
+            assert len(backend._drops) == 1
+            nd.waitall()
+        finally:
+            del engine.delete_vars
+        assert pool.live_bytes == x.nbytes
+
+
+def _gated(name, gate):
+    real = cpu.KERNELS[name]
+
+    def kernel(inputs, out, attrs):
+        gate.wait()
+        real(inputs, out, attrs)
+
+    return kernel
