@@ -41,6 +41,7 @@ from time import perf_counter_ns
 
 import numpy as np
 
+from asyncsim.model.issue import DROP_BATCH, DROP_BYTES  # the model's rule: see `free`
 from asyncsim.nd.frontend import same_records
 from asyncsim.nd.ops import COMPILED
 from asyncsim.nd.trace import Span, Trace, device_lanes
@@ -56,10 +57,6 @@ from realexec.gpu.device import check_gpu
 from realexec.gpu.vars import StreamVar, after_device, host_wait
 
 _RSS_EVERY_NS = 10_000_000
-# dropped results of at most this many bytes go back to the compiled engine together, this many
-# at a time (or at the next blocker, mark or trace): a drop alone cost the frontend ~1.5 us
-DROP_BYTES = 4096
-DROP_BATCH = 32
 ENGINES = {"native": NativeEngine, "native-pinned": functools.partial(NativeEngine, pin=True),
            "python": Engine}
 _KERNELS = dict(cpu.KERNELS)  # as shipped: the native worker runs these ops itself

@@ -169,3 +169,41 @@ def _gated(name, gate):
         real(inputs, out, attrs)
 
     return kernel
+
+
+def _drop_forty(nd):
+    """Forty small results made, then dropped at once: 32 go back together, 8 at the end."""
+    x = nd.ones((4,))
+    kept = [x + 1 for _ in range(40)]
+    nd.waitall()
+    del kept
+    nd.waitall()
+    return x
+
+
+def _settled(trace) -> list[int]:
+    """Live bytes on cpu after each instant at which they changed (samples at one instant: the
+    last), as a sequence."""
+    last: dict = {}
+    for t, device, nbytes in trace.memory:
+        if device == "cpu":
+            last[t] = nbytes
+    values = [last[t] for t in sorted(last)]
+    steps = [v for i, v in enumerate(values) if i == 0 or v != values[i - 1]]
+    return steps[1:] if steps[0] == 0 else steps  # before the first array, if sampled apart
+
+
+def test_the_model_deletes_small_drops_in_runs_as_the_engine_does():
+    """The model's `drop_batch` follows the engine: the same memory curve, step for step, for
+    the same program; without it each drop gives its bytes back alone."""
+    import dataclasses
+
+    from asyncsim import Profile, predict
+
+    measured = realexec.run(_drop_forty, workers=1)
+    ideal = dataclasses.replace(Profile.ideal(t1=1e-6, t2=1e-6, t3=1e-6), free=1e-6)
+    batched = predict(_drop_forty, dataclasses.replace(ideal, native=1, drop_batch=DROP_BATCH))
+    steps = [16 * k for k in range(1, 42)] + [16 * 9, 16, 0]
+    assert _settled(measured) == _settled(batched) == steps
+    alone = _settled(predict(_drop_forty, ideal))
+    assert alone == [16 * k for k in range(1, 42)] + [16 * k for k in range(40, -1, -1)]

@@ -18,7 +18,9 @@ The frontend walks `program.instrs`, one SimPy generator:
 - a notebook cell boundary (`Sync` of kind "cell", `nd.cell()`): the frontend idles until every
   op issued so far has finished, as a reader does between two cells, and pays nothing more: no
   t3, no blocker cost. Its "wait" span is named "cell".
-- `Free` drops a handle (costing `profile.free`, an "issue" span, where the profile has it); with
+- `Free` drops a handle (costing `profile.free`, an "issue" span, where the profile has it); a
+  small result's deletion waits for `profile.drop_batch` drops in all, or the next blocker or
+  mark (`DROP_BYTES`); with
   a compiled engine (`profile.native`), when an op that was the last to touch a dropped var has
   finished since the last push, the next push pays `profile.reclaim` at its end (realexec's
   looks at its pending deletions as it pushes, after the frontend's Python, and gives the
@@ -51,6 +53,11 @@ from asyncsim.nd.program import Call, Free, Mark, Op, Sync
 from asyncsim.nd.trace import Span
 
 FRONTEND = "frontend"
+# dropped results of at most DROP_BYTES on cpu(0) are deleted `profile.drop_batch` at a time (or at
+# the next blocker, mark or the program's end), as realexec's frontend hands them to its compiled
+# engine; the engine imports these, so both halves follow one rule
+DROP_BYTES = 4096
+DROP_BATCH = 32
 CELL = "cell"  # the Sync kind of a notebook cell boundary (`nd.cell()`)
 MIX_WINDOW = 16  # ops issued: the window whose kinds `Profile.mix` counts
 
@@ -123,6 +130,8 @@ class FrontendProcess:
                 if gil is not None:
                     gil.release(FRONTEND)
                 start = env.now
+                if self.drops:
+                    self._delete_drops()
                 event = self._wait_for(ins.var)
                 asleep = False  # the wait outlasted the spin: a futex wakes the frontend
                 if event is not None:
@@ -151,11 +160,16 @@ class FrontendProcess:
                     start = env.now
                     yield timeout(profile.free)
                     spans.append(Span("frontend", "free", -1, start, env.now, "issue"))
-                if ins.var in self.touching:
-                    self.freed.add(ins.var)
+                drops = self.drops
+                if drops is not None and self._small(ins.var):
+                    drops.append(ins.var)
+                    if len(drops) >= profile.drop_batch:
+                        self._delete_drops()
                 else:
-                    self._release(ins.var)
+                    self._delete(ins.var)
             elif kind is Mark:
+                if self.drops:
+                    self._delete_drops()
                 # where the memory samples stood at this mark: the RSS model reads a region's
                 # ends there, not among samples that share the mark's instant
                 self.mark_samples.append((ins.label, ins.begin, len(self.memory)))
@@ -169,10 +183,29 @@ class FrontendProcess:
                     if gil is not None:
                         yield from self._take_gil()
                     yield timeout(cost.latency)
+        if self.drops:  # realexec's trace and close hand the last ones over
+            self._delete_drops()
         if gil is not None:
             gil.release(FRONTEND)
         if host is not None:
             host.frontend_done()
+
+    def _small(self, var: int) -> bool:
+        """Whether a dropped var's deletion waits for a run of them (`DROP_BYTES`)."""
+        v = self.program.vars[var]
+        return v.device == "cpu" and v.nbytes <= DROP_BYTES
+
+    def _delete(self, var: int) -> None:
+        """A dropped var's deletion: its buffer goes back now, or once its last op finished."""
+        if var in self.touching:
+            self.freed.add(var)
+        else:
+            self._release(var)
+
+    def _delete_drops(self) -> None:
+        for var in self.drops:
+            self._delete(var)
+        self.drops.clear()
 
     def _wait_for_table(self, position: int):
         """Wait until every op up to `position` has finished: the slot the next op needs in the

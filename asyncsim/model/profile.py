@@ -60,6 +60,7 @@ data a loop has let fall out of the caches (`asyncsim.model.caches`).
 
 `reclaim` (0: off; with `native`): what a push adds when it gives back buffers whose ops finished
 after their last handle was dropped (the compiled engine gives them back there, not at the drop).
+`drop_batch` (0: off): small dropped results deleted together, that many at a time.
 
 `after_gemm` (0: off): the factor by which a streaming CPU op's bytes time stretches when it runs
 on a worker within `asyncsim.model.places.AFTER_GEMM_S` of a product or convolution there (costs
@@ -110,7 +111,7 @@ _SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int,
             "handover": float, "gpu_issue": float, "gpu_wait": float, "gpu_settle": float,
             "pageable": int, "rss_keep": float, "native": int, "idle_spin": float,
             "table": int, "llc": float, "dram": float, "mix": float, "reclaim": float,
-            "after_gemm": float, "t3_asleep": float,
+            "after_gemm": float, "t3_asleep": float, "drop_batch": int,
             "foreign": float, "foreign_gemm": float, "forget": float}
 _MINIMUM = {"workers": 1, "cores": 1, "gpus": 0}
 
@@ -177,6 +178,10 @@ class Profile:
     # next push (`NativeEngine._run_frees`); once per push that finds any. A drop whose ops had
     # finished already gives the buffer back at once, inside `free`. 0: off
     reclaim: float = 0.0
+    # (with `native`) the frontend's dropped results of at most `issue.DROP_BYTES` on cpu(0)
+    # are deleted together, this many at a time or at the next blocker or mark (realexec's
+    # frontend: one call, one lock and one memory sample for the run); 0: each at its drop
+    drop_batch: int = 0
     # how much slower a streaming CPU op (elementwise, reduction, copy, a layer's normalisation
     # or pooling) runs right after a product or a convolution on its worker, as a factor of its
     # bytes time (0 or 1: off); `asyncsim.model.host` says for how long

@@ -128,6 +128,8 @@ class _Model(FrontendProcess):
         # buffers of dropped vars released since the frontend's last push: the compiled engine
         # gives them back at its next one (`profile.reclaim`)
         self.unclaimed = 0
+        # small dropped vars whose deletion waits for a run of them (`profile.drop_batch`)
+        self.drops: list | None = [] if profile.native and profile.drop_batch else None
         self.reserved: dict = {}  # var -> (device, bytes) while its bytes are live
         # the host's last-level cache (`profile.dram` > 0): which bytes an op finds cold, from
         # the pool a run `before` this one left

@@ -100,6 +100,7 @@ from pathlib import Path
 
 import numpy as np
 
+from asyncsim.model.issue import DROP_BATCH
 from asyncsim.model.profile import Cost, Profile, ProfileError
 from realexec.calibration import caches, fits, issuing, microbench
 from realexec.calibration.fits import (
@@ -198,6 +199,7 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
                    table=CAPACITY if native else 0, llc=cache["llc"], dram=cache["dram"],
                    mix=issuing.fit_mix(raw["mixed"]["ratios"]) if "mixed" in raw else 0.0,
                    reclaim=raw["reclaim"]["reclaim"] if native and "reclaim" in raw else 0.0,
+                   drop_batch=DROP_BATCH if native else 0,
                    after_gemm=raw.get("after_gemm", {}).get("after_gemm", 0.0),
                    t3_asleep=raw.get("t3_after_sleep", 0.0),
                    forget=caches.fit_forget(raw["forget"]) if "forget" in raw else 0.0,

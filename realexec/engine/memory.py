@@ -257,8 +257,8 @@ class Pool:
         """`release` each of `arrays` (from `acquire`), with one lock and one sample: their
         bytes come back at one instant. The frontend gives back a run of small results so, a
         lock, a sample and the calls around them shared instead of paid per array
-        (`realexec.frontend`'s dropped results). An array whose size class has no list yet, or
-        that the full cache cannot keep, goes through `release` after the shared section."""
+        (`realexec.frontend`'s dropped results). From the first array that the full cache
+        cannot keep on, they go through `release` after the shared section, in order."""
         cache = self.cache
         free_lists, rest = cache.free, []  # the list made before the lock (see above)
         lock = cache.lock
@@ -267,10 +267,12 @@ class Pool:
             given = 0
             for array in arrays:
                 size = array.base.size
-                free = free_lists.get(size)
-                if free is None or cache.cached_bytes + size > cache.max_bytes:
-                    rest.append(array)
+                if rest or cache.cached_bytes + size > cache.max_bytes:
+                    rest.append(array)  # it, and those after it in order, as `release` would
                     continue
+                free = free_lists.get(size)
+                if free is None:  # a new class: its list made here (a release run inside is
+                    free = free_lists[size] = []  # whole, and `given` is applied after it)
                 free.append(array)
                 cache.cached_bytes += size
                 cache.releases += 1
