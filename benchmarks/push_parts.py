@@ -11,7 +11,7 @@ are microseconds per op, the median and the lowest over the rounds (this machine
 from second to second). What each variant replaces:
 
 - "one drop at a time": not a stand-in but the engine before its dropped results went back in
-  runs (`realexec.frontend.DROP_BATCH`): each drop deleted and given back alone;
+  runs (`asyncsim.model.issue.DROP_BATCH`): each drop deleted and given back alone;
 - "pool accounting": the CPU pool's acquire and release by a list of free arrays per shape (no
   lock, no live bytes, no samples), its buffers' addresses registered as the pool's are;
 - "dependency analysis": the engine's `Deps` by one that finds no predecessor and no user (right

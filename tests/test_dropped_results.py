@@ -1,7 +1,8 @@
 """Small dropped results go back to the compiled engine in runs: `DROP_BATCH` of them, or all
 of them at the next blocker, mark or trace, in one call (`NativeEngine.delete_vars`) and one
 release of the pool (`Pool.release_many`). Their memory comes back that many drops late at most,
-never before their ops are done (DESIGN.md's rule), and none is lost.
+never before their ops are done (DESIGN.md's rule), and none is lost. The model deletes them in
+the same runs (`Profile.drop_batch`).
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ import threading
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
+from test_realexec_memory import gated  # a kernel that waits for an event
 
 import realexec
+from asyncsim.model.issue import DROP_BATCH, DROP_BYTES
 from realexec.cpu import kernels as cpu
 from realexec.engine.memory import BufferCache, Pool
-from realexec.frontend import DROP_BATCH, DROP_BYTES
 
 SHAPES = [(1,), (16,), (100,), (1000,), (300, 300)]
 
@@ -122,7 +124,7 @@ def test_a_run_of_drops_waits_for_the_ops_that_use_them():
     hand-over and come back only once those ops ran; the results read right meanwhile."""
     gate = threading.Event()
     with realexec.session(workers=1) as nd:
-        nd._backend.kernels = {**cpu.KERNELS, "ones": _gated("ones", gate)}
+        nd._backend.kernels = {**cpu.KERNELS, "ones": gated("ones", gate)}
         pool = nd._backend.pools["cpu"]
         x = nd.ones((4,))
         dropped = [x + 1 for _ in range(DROP_BATCH)]
@@ -160,15 +162,6 @@ def test_a_drop_made_during_the_hand_over_is_not_lost():
             del engine.delete_vars
         assert pool.live_bytes == x.nbytes
 
-
-def _gated(name, gate):
-    real = cpu.KERNELS[name]
-
-    def kernel(inputs, out, attrs):
-        gate.wait()
-        real(inputs, out, attrs)
-
-    return kernel
 
 
 def _drop_forty(nd):

@@ -23,7 +23,7 @@ Differences, and why:
   once every op using the var is done (`realexec.engine.frees`): the pool is Python, and the
   workers never take the GIL. Memory therefore comes back a few ops late, never early. The
   frontend hands its small dropped results over in runs (`delete_vars`, one call, one lock and
-  one memory sample for up to 32 of them; `realexec.frontend.DROP_BATCH`): 0.8 us less per op
+  one memory sample for up to 32 of them; `asyncsim.model.issue.DROP_BATCH`): 0.8 us less per op
   of a `y = x + 1` loop;
 - a var's last-write token is the analysis's, so `Var` needs no queues; the var objects are
   `realexec.engine.deps.Var` (their `failure` and `data`), or anything hashable;
