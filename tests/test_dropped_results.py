@@ -200,3 +200,29 @@ def test_the_model_deletes_small_drops_in_runs_as_the_engine_does():
     assert _settled(measured) == _settled(batched) == steps
     alone = _settled(predict(_drop_forty, ideal))
     assert alone == [16 * k for k in range(1, 42)] + [16 * k for k in range(40, -1, -1)]
+
+
+def test_the_model_deletes_a_copy_from_a_gpu_alone():
+    """A small cpu result that a copy from a GPU wrote (realexec's pinned buffer, given back on
+    its own path) goes back at its drop in the model, where a cpu op's waits for the run."""
+    import dataclasses
+
+    from asyncsim import Profile, predict
+
+    def program(nd):
+        on_gpu = nd.ones((4,), ctx=nd.gpu(0))
+        copied = on_gpu.copyto(nd.cpu())
+        computed = nd.ones((4,)) + 1
+        nd.waitall()
+        del copied
+        nd.note("dropped")  # a Call: no blocker, no mark
+        del computed
+        nd.note("dropped")
+        nd.waitall()
+
+    ideal = dataclasses.replace(Profile.ideal(t1=1e-6, t2=1e-6, t3=1e-6, gpus=1), free=1e-6,
+                                native=1, drop_batch=DROP_BATCH)
+    cpu_steps = _settled(predict(program, ideal))
+    # copied, the temporary ones, computed; the temporary at the first waitall; copied at its
+    # drop; computed at the last waitall (waiting for a run of drops, it would go with copied)
+    assert cpu_steps == [16, 32, 48, 32, 16, 0]

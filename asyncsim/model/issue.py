@@ -102,6 +102,8 @@ class FrontendProcess:
                 start = env.now
                 if ins.fresh:
                     self._reserve(ins.out)
+                    if self.drops is not None and ins.attrs.get("src", "cpu")[0] == "g":
+                        self.pinned.add(ins.out)  # a copy from a GPU: deleted alone, as realexec
                 yield timeout(issue_cost)
                 # buffers whose ops finished after their drop, since the last push: the engine
                 # gives them back as it pushes (`profile.reclaim`)
@@ -191,9 +193,15 @@ class FrontendProcess:
             host.frontend_done()
 
     def _small(self, var: int) -> bool:
-        """Whether a dropped var's deletion waits for a run of them (`DROP_BYTES`)."""
+        """Whether a dropped var's deletion waits for a run of them (`DROP_BYTES`; not the
+        pinned target of a copy from a GPU, which realexec gives back on its own path)."""
         v = self.program.vars[var]
-        return v.device == "cpu" and v.nbytes <= DROP_BYTES
+        if v.device != "cpu" or v.nbytes > DROP_BYTES:
+            return False
+        if var in self.pinned:
+            self.pinned.discard(var)
+            return False
+        return True
 
     def _delete(self, var: int) -> None:
         """A dropped var's deletion: its buffer goes back now, or once its last op finished."""

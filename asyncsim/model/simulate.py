@@ -130,6 +130,7 @@ class _Model(FrontendProcess):
         self.unclaimed = 0
         # small dropped vars whose deletion waits for a run of them (`profile.drop_batch`)
         self.drops: list | None = [] if profile.native and profile.drop_batch else None
+        self.pinned: set = set()  # (with drops) cpu vars that copies from a GPU wrote
         self.reserved: dict = {}  # var -> (device, bytes) while its bytes are live
         # the host's last-level cache (`profile.dram` > 0): which bytes an op finds cold, from
         # the pool a run `before` this one left
