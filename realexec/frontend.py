@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import platform
+from collections import deque
 from time import perf_counter_ns
 
 import numpy as np
@@ -77,7 +78,8 @@ class EngineBackend(GpuBackend):
         self._acquire_cpu = self.pools["cpu"].acquire
         self._native = isinstance(engine, NativeEngine)  # elementwise ops run compiled
         self._release_many_cpu = self.pools["cpu"].release_many
-        self._drops: list | None = [] if self._native else None  # small results dropped
+        # small results dropped, for the next run handed to the engine (`_give_back_drops`)
+        self._drops: deque | None = deque() if self._native else None
         self._on_device: dict[int, str] = {}  # op id -> cpu(i), i > 0, that it ran for
         self._init_gpu()
         self.marks = trace_log(trace)  # (label, start_ns, end_ns)
@@ -258,11 +260,16 @@ class EngineBackend(GpuBackend):
         (`NativeEngine.delete_vars`): one call, one lock and one memory sample for the run of
         them, where each alone cost a drop ~1.5 us (2-core AMD EPYC VM). Their memory comes
         back at most `DROP_BATCH` drops late (the DESIGN rule holds: never before their ops are
-        done). A drop on another thread (a collection) may append meanwhile: only the drops
-        copied out are removed, so none is lost."""
-        drops = self._drops
-        batch = drops[:]
-        del drops[:len(batch)]
+        done). A drop on another thread (a collection) may append meanwhile, or hand a run over
+        itself: each drop is taken out of the deque by one `popleft`, so none is lost and none
+        is handed over twice (a copy and a cut in two steps let two threads take one drop)."""
+        drops, batch = self._drops, []
+        take = drops.popleft
+        try:
+            for _ in range(len(drops)):
+                batch.append(take())
+        except IndexError:  # another thread took the rest
+            pass
         if batch:
             self.engine.delete_vars(batch, self._release_many_cpu, self._release_cpu)
 

@@ -226,3 +226,33 @@ def test_the_model_deletes_a_copy_from_a_gpu_alone():
     # copied, the temporary ones, computed; the temporary at the first waitall; copied at its
     # drop; computed at the last waitall (waiting for a run of drops, it would go with copied)
     assert cpu_steps == [16, 32, 48, 32, 16, 0]
+
+
+def test_runs_handed_over_on_two_threads_lose_and_repeat_nothing():
+    """Two threads dropping results at once, each handing runs over (a collection on a worker
+    thread does so): every buffer comes back, and none twice (the cache holds each once)."""
+    import sys
+
+    with realexec.session(workers=1) as nd:
+        pool = nd._backend.pools["cpu"]
+        x = nd.ones((4,))
+        kept = [_results(nd, x, 600) for _ in range(2)]
+
+        def drop(results):
+            while results:
+                results.pop()
+
+        threads = [threading.Thread(target=drop, args=(k,)) for k in kept]
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)  # the threads take turns inside the hand-overs
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            sys.setswitchinterval(interval)
+        nd.waitall()
+        assert pool.live_bytes == x.nbytes
+        cached = [id(a) for a in pool.cache.free[512]]
+        assert len(set(cached)) == len(cached)
