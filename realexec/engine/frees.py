@@ -38,31 +38,29 @@ class DeferredFrees:
     def delete_var(self, var, fn=None, args=()) -> None:
         """Call `fn(*args)` (give the var's memory back) once every op on `var` is done."""
         users = self._deps.drop(var)  # in push order: the last is the largest token
-        if fn is None:
-            return
-        # below the low-water mark every op is done: no call per user (a free per op)
-        if not users or users[-1] < self._buf[t.H_LOW] or self._closed or all(
-                map(self._done, users)):
+        if fn is not None and not self._defer(users, self._buf[t.H_LOW], fn, args):
             fn(*args)
-        else:
-            heapq.heappush(self._frees, (users[-1], next(self._free_seq), users, fn, args))
 
     def delete_vars(self, vars_, give_back, one) -> None:
         """`delete_var` for several vars whose memory is their `data`: what is free at once goes
         back in one call, `give_back(arrays)`; the rest waits, each for `one(array)`. The
         frontend hands its dropped small results over so (`realexec.frontend`)."""
         ready = []
-        drop, low, done = self._deps.drop, self._buf[t.H_LOW], self._done
-        closed = self._closed
+        drop, low = self._deps.drop, self._buf[t.H_LOW]
         for var in vars_:
-            users = drop(var)  # in push order: the last is the largest token
-            if not users or users[-1] < low or closed or all(map(done, users)):
+            if not self._defer(drop(var), low, one, (var.data,)):
                 ready.append(var.data)
-            else:
-                heapq.heappush(self._frees, (users[-1], next(self._free_seq), users, one,
-                                             (var.data,)))
         if ready:
             self._give_back(give_back, (ready,))
+
+    def _defer(self, users, low: int, fn, args) -> bool:
+        """Keep `fn(*args)` pending until every op of `users` (tokens in push order) is done,
+        and say so; False when they all are (below the low-water mark `low`, every op is: no
+        call per user, a free per op) or nothing runs any more."""
+        if not users or users[-1] < low or self._closed or all(map(self._done, users)):
+            return False
+        heapq.heappush(self._frees, (users[-1], next(self._free_seq), users, fn, args))
+        return True
 
     def _run_frees(self, every: bool = False) -> None:
         """Give back the memory of deleted vars whose ops are all done (`every`: all of them,
