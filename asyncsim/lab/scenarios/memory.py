@@ -230,7 +230,10 @@ SCENARIOS = [
         book_source=f"{_EN} 12.2.4",
         book_note="the book's region has no waitall but its 6.05 s covers the compute; "
                   "ps reported -8.168 MB resident memory after the loop, when the queue had "
-                  "drained: the gigabytes of the peak had come and gone"),
+                  "drained. The predicted peak of gigabytes is this engine's, which takes an "
+                  "output's buffer at the push; MXNet takes it when the op runs (delay_alloc), "
+                  "so the book's peak was lower, and the -8.168 MB is its allocator's state "
+                  "(notes/BOOK.md)"),
     Scenario(
         "memory_overlap", memory_overlap, dict(num_batches=150, **_MLP),
         dict(num_batches=150, **_TINY),
