@@ -135,3 +135,14 @@ def test_gpu_preset_issues_scalar_ops_at_its_own_t1():
     scalar = [key for key in profile.costs if key.startswith("frontend:") and "_scalar" in key]
     assert scalar == []
     assert Profile.preset("book").costs["frontend:add_scalar"].latency < book.T1
+
+
+def test_the_reports_book_section_says_why_the_memory_lines_differ(tmp_path):
+    """The report's section on the book's numbers draws the memory figure and quotes each
+    12.2.4 loop's book note under it, so a reader sees why ps's numbers are not the peak."""
+    text = booktable.section(tmp_path)
+    assert (tmp_path / "book_memory.png").stat().st_size > 0
+    figure_at = text.index("book_memory.png")
+    for name in ("memory_barrier", "memory_no_barrier"):
+        note = scenarios.get(name).book_note
+        assert note and text.index(note) > figure_at

@@ -31,6 +31,18 @@ def test_predict_prints_summary_and_book_table(capsys, tmp_path):
     assert json.loads(chrome.read_text())["traceEvents"]
 
 
+def test_predict_says_how_the_books_run_differs(capsys):
+    """A scenario's book note (how the book's run differs from the workload) is printed under
+    its book table, and by itself where the scenario has no book numbers of its own."""
+    assert main(["predict", "memory_no_barrier", "--profile", "book", "--quick"]) == 0
+    out = capsys.readouterr().out
+    table_at, note_at = out.index("against the book"), out.index("the book's run:")
+    assert table_at < note_at and "delay_alloc" in out[note_at:]
+    assert main(["predict", "memory_asscalar_8_2", "--profile", "book-zh", "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "against the book" not in out and "train_asscalar_8_2" in out
+
+
 def test_predict_set_changes_the_prediction(capsys):
     """`--set t1=...` overrides a profile value: a frontend-bound loop gets slower."""
     main(["predict", "sync_vs_async_12_2", "--profile", "ideal", "--quick"])

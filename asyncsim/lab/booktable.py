@@ -208,11 +208,13 @@ def section(out) -> str:
     """The report's section on the book's numbers; draws `memory_figure` into `out`."""
     from asyncsim.lab import plot
 
-    plot.save(memory_figure(), out / "book_memory")
+    names = ("memory_barrier", "memory_no_barrier")
+    plot.save(memory_figure(names), out / "book_memory")
+    notes = "\n".join(f"- `{name}`: {scenarios.get(name).book_note}" for name in names)
     return (f"## The book's numbers\n\nEvery number the seeds printed, each predicted with its "
             f"book machine's preset; 'fitted' rows are the ones the preset was derived from.\n\n"
             f"```\n{report()}\n```\n\n12.2.4's loops: the memory the book's `ps` read after "
-            f"the loop beside the peak during it: ![memory](book_memory.png)\n")
+            f"the loop beside the peak during it: ![memory](book_memory.png)\n\n{notes}\n")
 
 
 __all__ = ["BookRow", "format_table", "memory_figure", "report", "rows", "section", "summary"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import textwrap
 from pathlib import Path
 
 from asyncsim.lab.compare import Row, compare, table
@@ -96,10 +97,18 @@ def run_one(sc, params, workers=None, mode="async", max_inflight=None, warmup=Fa
 
 
 def book_rows(sc, trace) -> str:
-    if not sc.book:
-        return ""
-    rows = [Row(label, trace.regions.get(label, 0.0), secs, "s") for label, secs in sc.book.items()]
-    return table(rows, f"against the book ({sc.book_source}); 'measured' is the book's number")
+    """The book's numbers beside the prediction `trace`, and how the book's run differs from
+    the workload (`sc.book_note`); "" for a scenario with neither."""
+    parts = []
+    if sc.book:
+        rows = [Row(label, trace.regions.get(label, 0.0), secs, "s")
+                for label, secs in sc.book.items()]
+        parts.append(table(rows, f"against the book ({sc.book_source}); 'measured' is the "
+                                 f"book's number"))
+    if sc.book_note:
+        parts.append(textwrap.fill(f"the book's run: {sc.book_note}", 100,
+                                   subsequent_indent="  "))
+    return "\n".join(parts)
 
 
 WARMUP_BATCHES = 10
