@@ -7,7 +7,8 @@ and Gluon's blocks.
   `nd.softmax`, `nd.sgd_update`, ...; `nd.invoke` for the gradient ops, as autograd does): the
   period of a loop of `n` calls while every worker is held, as
   `realexec.calibration.microbench.frontend` measures the other ops; here the workers wait on an
-  event the frontend sets once every kind is issued, so one hold serves all kinds.
+  event the frontend sets once a group of kinds is issued, so one hold serves as many kinds as
+  the engine's table takes. Each timed loop follows an untimed loop of its own kind.
 - `phase_times(bench, n, loops, pause)`: frontend seconds per op that `backward()` and
   `Trainer.step` issue (their Python around each op), per hybridized block call, and Gluon's
   imperative layer calls against the `nd` calls they make (what a block call adds, which no op
@@ -30,6 +31,10 @@ from time import perf_counter_ns
 from realexec.calibration.microbench import _HOLD, op_makers
 from realexec.calibration.steady import busy, central
 from realexec.calibration.training import WINDOW, small_cnn, small_mlp
+from realexec.engine.native import CAPACITY
+
+HOLD_OPS = CAPACITY * 3 // 4  # ops issued behind one hold: the compiled engine's table holds
+# CAPACITY, and a push that needs the slot of an op still held would wait for it forever
 
 
 def _hold_all(bench, arrays) -> threading.Event:
@@ -103,23 +108,27 @@ def issue_times(bench, n: int, loops: int, pause: float) -> dict:
     makers, held = _issue_makers(nd)
     nd.waitall()
     samples: dict = {kind: [] for kind in makers}
+    # as many kinds to a hold as the engine's table takes: 2 n ops each, all waiting on the hold
+    per_hold = max(1, (HOLD_OPS // (2 * n)))
+    kinds = list(makers)
     for _ in range(loops):
         busy(pause)
-        release = _hold_all(bench, held)
-        kept = []
-        try:
-            # untimed: the first loop after the pause runs slower (`microbench.frontend`)
-            first = next(iter(makers.values()))
-            kept.extend(first() for _ in range(n))
-            for kind, make in makers.items():
-                start = perf_counter_ns()
-                for _ in range(n):
-                    kept.append(make())
-                samples[kind].append((perf_counter_ns() - start) * 1e-9 / n)
-        finally:
-            release.set()
-        nd.waitall()
-        del kept
+        for first in range(0, len(kinds), per_hold):
+            release = _hold_all(bench, held)
+            kept = []
+            try:
+                for kind in kinds[first:first + per_hold]:
+                    make = makers[kind]
+                    # untimed: the timed loop follows one of its own kind (`microbench.frontend`)
+                    kept.extend(make() for _ in range(n))
+                    start = perf_counter_ns()
+                    for _ in range(n):
+                        kept.append(make())
+                    samples[kind].append((perf_counter_ns() - start) * 1e-9 / n)
+            finally:
+                release.set()
+            nd.waitall()
+            del kept
     return {kind: central(values) for kind, values in samples.items()}
 
 
@@ -264,11 +273,11 @@ def mixed_issue(bench, n: int, loops: int, pause: float, counts=(2, 5, 10)) -> d
     """Frontend seconds per op of the first k kinds of `MIXED_KINDS` issued in turn, against
     the mean of the same kinds each issued in a loop of its own (what the other issue costs
     are timed on), for each k of `counts`: {"ratios": {k: mixed / separate}}, which `fit_mix`
-    turns into `Profile.mix`. A loop of one kind keeps
-    one path through the frontend's code hot; kinds in turn cost more (2-core Intel VM, three
-    calibrations: 1.22-1.27x for two kinds, 1.33-1.38x for five, 1.34-1.45x for ten; m 0.42-0.44;
-    three kinds cost alike whether they alternate op by op or in pairs). Workers held, outputs
-    kept, as `microbench.frontend`."""
+    turns into `Profile.mix`. A loop of one kind keeps one path through the frontend's code
+    hot; kinds in turn cost more (2-core Intel VM, three calibrations from before each timed
+    loop followed an untimed one of its own kinds: 1.22-1.27x for two kinds, 1.33-1.38x for
+    five, 1.34-1.45x for ten; m 0.42-0.44; three kinds cost alike whether they alternate op by
+    op or in pairs). Workers held, outputs kept, as `microbench.frontend`."""
     nd = bench.nd
     makers, held = op_makers(nd)
     nd.waitall()
@@ -283,11 +292,14 @@ def mixed_issue(bench, n: int, loops: int, pause: float, counts=(2, 5, 10)) -> d
 
     for _ in range(loops):
         busy(pause)
-        period([makers[kinds[0]]] * n)  # untimed: the first loop after a pause is slower
+        # each timed loop after an untimed one of its own kinds (`microbench.frontend`)
         for kind in kinds:
+            period([makers[kind]] * n)
             separate[kind].append(period([makers[kind]] * n))
         for k in counts:
-            mixed[k].append(period([makers[kind] for kind in kinds[:k]] * max(1, n // k)))
+            calls = [makers[kind] for kind in kinds[:k]] * max(1, n // k)
+            period(calls)
+            mixed[k].append(period(calls))
     alone = {kind: central(values) for kind, values in separate.items()}
     ratios = {k: central(values) / (sum(alone[kind] for kind in kinds[:k]) / k)
               for k, values in mixed.items()}

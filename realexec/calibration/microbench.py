@@ -7,7 +7,8 @@ numbers in seconds, bytes and bytes (or flops) per second. None of them runs a s
 - `frontend`: the frontend's seconds per op (`t1`, and a cost per op name; "broadcast": `a + b`
   with shapes that differ, which takes the frontend's general path), from the period of a loop
   that issues ops while every worker is held by a sleeping op, so no worker competes for the GIL
-  or a core; `free`, the extra period when each result is dropped at once.
+  or a core, each timed loop right after an untimed one of its kind; `free`, the extra period
+  when each result is dropped at once.
 - `roundtrip`: a tiny op issued then waited for, over and over: the wake-up after completion
   (`t3` = wait end - exec end), and `dispatch`, what the rest of the round trip costs beyond
   t1 + exec + t3 (an idle worker waking up, the call into the blocker).
@@ -138,14 +139,17 @@ def frontend(bench: _Bench, n: int, repeats: int, pause: float = 0.0) -> dict:
         nd.waitall()
         return seconds
 
-    # round robin over the kinds, so that a burst of load from elsewhere hits them alike
+    # round robin over the kinds, so that a burst of load from elsewhere hits them alike; each
+    # timed loop follows an untimed loop of its own kind, as the model's prices assume (a loop
+    # of one kind, its path hot; `Profile.mix` adds what mixing kinds costs). A loop right after
+    # loops of the other kinds ran 0.7-1.2 us an op slower at the lowest, over all of its 300
+    # ops (add_scalar, 2-core AMD EPYC VM); so did the first loop after a pause (6.9-7.1 us
+    # against 5.9, 2-core Intel VM)
     samples: dict = {name: [] for name in [*makers, "free", "free pending"]}
     for _ in range(repeats):
         busy(pause)
-        # the first loop after the pause ran ~1 us an op slower than the rest (add_scalar 6.9-7.1
-        # us against 5.9 with no pause, on the 2-core Intel VM): an untimed one takes that
-        period(makers["add_scalar"])
         for name, make in makers.items():
+            period(make)
             samples[name].append(period(make))
         samples["free"].append(drops(pending=False))
         samples["free pending"].append(drops(pending=True))
