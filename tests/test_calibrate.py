@@ -285,6 +285,20 @@ def test_quick_settings_are_small():
     assert max(q.sizes) < max(cal.FULL.sizes)
 
 
+def test_issue_loops_fit_behind_one_hold():
+    """`issue_times` times each kind after an untimed loop of its own, all behind a hold: the
+    settings' loops fit the engine's table, and a loop too long for it is refused at once
+    instead of waiting forever for a slot the hold keeps."""
+    import realexec
+    from realexec.calibration import issuing, microbench
+
+    for settings_ in (cal.QUICK, cal.FULL):
+        assert 2 * max(1, settings_.issue_ops // 3) <= issuing.HOLD_OPS
+    with realexec.session(workers=1) as nd:
+        with pytest.raises(ValueError, match="issue_times"):
+            issuing.issue_times(microbench._Bench(nd, 1), issuing.HOLD_OPS, 1, 0.0)
+
+
 @settings(max_examples=50, deadline=None)
 @given(coef=st.lists(st.floats(0.0, 10.0), min_size=2, max_size=3),
        data=st.data())

@@ -108,8 +108,10 @@ def issue_times(bench, n: int, loops: int, pause: float) -> dict:
     makers, held = _issue_makers(nd)
     nd.waitall()
     samples: dict = {kind: [] for kind in makers}
+    if 2 * n > HOLD_OPS:  # one kind's two loops would outgrow the table behind the hold
+        raise ValueError(f"issue_times: n={n} ops a loop; at most {HOLD_OPS // 2}")
     # as many kinds to a hold as the engine's table takes: 2 n ops each, all waiting on the hold
-    per_hold = max(1, (HOLD_OPS // (2 * n)))
+    per_hold = HOLD_OPS // (2 * n)
     kinds = list(makers)
     for _ in range(loops):
         busy(pause)
