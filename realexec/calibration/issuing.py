@@ -48,6 +48,15 @@ def _hold_all(bench, arrays) -> threading.Event:
     return release
 
 
+def _per_call(call, count: int, kept: list) -> float:
+    """Seconds per call of `count` calls of `call`, each result kept in `kept` (so no drop is
+    timed with it)."""
+    start = perf_counter_ns()
+    for _ in range(count):
+        kept.append(call())
+    return (perf_counter_ns() - start) * 1e-9 / count
+
+
 def _issue_makers(nd) -> tuple[dict, tuple]:
     """kind -> a call that issues one op of that name, as workloads and autograd call it; and
     the arrays those calls read."""
@@ -104,12 +113,12 @@ def issue_times(bench, n: int, loops: int, pause: float) -> dict:
     `n` calls of every kind in turn while the workers wait on an event, so that no worker
     competes for the GIL or a core; the arrays the calls read are written by the first held
     op, so no call's op is ready and none is handed to a worker's queue, as in `frontend`)."""
+    if 2 * n > HOLD_OPS:  # one kind's two loops would outgrow the table behind the hold
+        raise ValueError(f"issue_times: n={n} ops a loop; at most {HOLD_OPS // 2}")
     nd = bench.nd
     makers, held = _issue_makers(nd)
     nd.waitall()
     samples: dict = {kind: [] for kind in makers}
-    if 2 * n > HOLD_OPS:  # one kind's two loops would outgrow the table behind the hold
-        raise ValueError(f"issue_times: n={n} ops a loop; at most {HOLD_OPS // 2}")
     # as many kinds to a hold as the engine's table takes: 2 n ops each, all waiting on the hold
     per_hold = HOLD_OPS // (2 * n)
     kinds = list(makers)
@@ -122,11 +131,8 @@ def issue_times(bench, n: int, loops: int, pause: float) -> dict:
                 for kind in kinds[first:first + per_hold]:
                     make = makers[kind]
                     # untimed: the timed loop follows one of its own kind (`microbench.frontend`)
-                    kept.extend(make() for _ in range(n))
-                    start = perf_counter_ns()
-                    for _ in range(n):
-                        kept.append(make())
-                    samples[kind].append((perf_counter_ns() - start) * 1e-9 / n)
+                    _per_call(make, n, kept)
+                    samples[kind].append(_per_call(make, n, kept))
             finally:
                 release.set()
             nd.waitall()
@@ -195,10 +201,7 @@ def phase_times(bench, n: int, loops: int, pause: float) -> dict:
             for kind, call in calls.items():
                 # the layer calls' differences are a few microseconds: longer loops
                 count = n if kind.startswith("graph") else 5 * n
-                start = perf_counter_ns()
-                for _ in range(count):
-                    kept.append(call())
-                samples[kind].append((perf_counter_ns() - start) * 1e-9 / count)
+                samples[kind].append(_per_call(call, count, kept))
         finally:
             release.set()
         nd.waitall()
