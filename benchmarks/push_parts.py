@@ -45,7 +45,8 @@ import realexec
 import realexec.frontend as frontend
 from asyncsim.nd.frontend import ND
 from realexec.cpu.loops import ADD
-from realexec.cpu.worker import SCALAR
+from realexec.cpu.worker import RUN_TYPES, SCALAR, run_native
+from realexec.engine import table
 from realexec.engine.deps import Var
 from realexec.engine.memory import ADDRESSES
 
@@ -89,6 +90,9 @@ class NoDeps:
     def add(self, token, reads, writes):
         return []
 
+    def add_fresh(self, token, read, write):
+        return -1
+
     def drop(self, var):
         return []
 
@@ -115,7 +119,8 @@ class Lean:
 
     def __init__(self, backend, lists: FreeLists):
         self.engine, self.vars, self.lists = backend.engine, backend.vars, lists
-        self.number = self.engine._number("add_scalar")
+        self.number = self.engine._name_number("add_scalar")
+        self.run = table.entry(run_native, RUN_TYPES)  # the kernel alone, as sync mode runs it
         self.none = np.empty(0, np.int64)
 
     def issue_same(self, op_id, name, reads, var, shape, dtype, device, attrs, nbytes):
@@ -126,7 +131,7 @@ class Lean:
         out = vars_[var] = SmallVar("cpu", data)
         out.ptr = ADDRESSES[id(data.base)]
         if engine._sync:  # the kernel at once, as sync mode's push runs it
-            engine._run(SCALAR, ADD, 0, 2, x.ptr, x.ptr, out.ptr, float(attrs["scalar"]), 0)
+            self.run(SCALAR, ADD, 0, 2, x.ptr, x.ptr, out.ptr, float(attrs["scalar"]), 0)
             return
         token = engine._next
         if token >= engine._next_harvest:

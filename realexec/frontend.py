@@ -47,7 +47,15 @@ from asyncsim.nd.frontend import same_records
 from asyncsim.nd.ops import COMPILED
 from asyncsim.nd.trace import Span, Trace, device_lanes
 from realexec.cpu import kernels as cpu
-from realexec.cpu.worker import DTYPES, RANDOM, address, native_op, random_fields
+from realexec.cpu.worker import (
+    DTYPES,
+    RANDOM,
+    SCALAR,
+    UNARY,
+    address,
+    native_op,
+    random_fields,
+)
 from realexec.engine.core import FRONTEND, Engine, default_workers
 from realexec.engine.deps import Var
 from realexec.engine.memory import ADDRESSES, Pool, RssProbe
@@ -178,10 +186,14 @@ class EngineBackend(GpuBackend):
         """`issue(*same_records(...), None)`: an op from `ND._same`, whose fresh output has its
         inputs' shape, dtype and device. The common case is written out (the compiled worker
         runs it on cpu(0), no GPU is in use, the kernel is the one shipped): building and reading
-        the records and the general path's tests cost 0.7 us of a 7 us op (2-core Xeon VM)."""
+        the records and the general path's tests cost 0.7 us of a 7 us op (2-core Xeon VM). An
+        elementwise op over one input (`y = x + 1`, relu: `UNARY`) goes to the engine's
+        `push_unary`, written out for it."""
         coded = None
         if device == "cpu" and not self.gpus and self.kernels.get(name) is _KERNELS.get(name):
-            coded = native_op(name, attrs, (shape,) * len(reads))
+            code = UNARY.get(name) if len(reads) == 1 else None
+            coded = ((SCALAR, code, attrs.get("scalar", 0.0)) if code is not None
+                     else native_op(name, attrs, (shape,) * len(reads)))
         if coded is None:
             self.issue(*same_records(op_id, name, reads, var, shape, dtype, device, attrs,
                                      nbytes), None)
@@ -191,7 +203,7 @@ class EngineBackend(GpuBackend):
             engine.throttle(name, op_id)  # before reserving: the cap bounds memory too
         t_issue = perf_counter_ns()
         x = vars_[reads[0]]
-        ins = (x,) if len(reads) == 1 else (x, vars_[reads[1]])
+        y = None if len(reads) == 1 else vars_[reads[1]]
         try:
             data = self._acquire_cpu(shape, dtype)
         except MemoryError as exc:
@@ -201,12 +213,18 @@ class EngineBackend(GpuBackend):
         out.ptr = ADDRESSES.get(id(data.base), 0)
         vars_[var] = out
         a = x.ptr or _address_of(x)
-        b = a if len(ins) == 1 else ins[1].ptr or _address_of(ins[1])
         kind, code, scalar = coded
         try:
-            engine.push_native(kind, code, DTYPES[data.dtype], data.size, a, b,
-                               out.ptr or _address_of(out), scalar, ins, (out,), "cpu", name,
-                               op_id, t_issue)
+            if y is None and kind == SCALAR:
+                engine.push_unary(code, DTYPES[data.dtype], data.size, a,
+                                  out.ptr or _address_of(out), scalar, x, out, name, op_id,
+                                  t_issue)
+            else:
+                b = a if y is None else y.ptr or _address_of(y)
+                engine.push_native(kind, code, DTYPES[data.dtype], data.size, a, b,
+                                   out.ptr or _address_of(out), scalar,
+                                   (x,) if y is None else (x, y), (out,), "cpu", name, op_id,
+                                   t_issue)
         except EngineStopped:  # refused before queuing: give the fresh output back
             del vars_[var]
             self._release_cpu(data)

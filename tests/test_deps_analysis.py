@@ -296,3 +296,62 @@ def test_tracker_releases_each_op_once_when_its_conflicts_are_done(program, data
             assert tracker.last_write(var) == expected
     assert released == done == set(range(len(program)))
     assert tracker.waiting() == 0
+
+
+# -- the engine's shortcuts ---------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(program=programs(), fresh=st.lists(st.tuples(st.integers(0, 13), st.integers(0, 3)),
+                                          max_size=10))
+def test_add_fresh_answers_as_add_does(program, fresh):
+    """`add_fresh(token, x, y)`, the engine's `y = f(x)` with y a fresh var, leaves the analysis
+    as `add(token, (x,), (y,))` does and names the same predecessor, wherever it falls in a
+    program (its read may be a var written or read before, or an earlier fresh result)."""
+    ops = [("any", r, w) for r, w in program]
+    for place, read in sorted(fresh, reverse=True):
+        ops.insert(min(place, len(ops)), ("fresh", read, None))
+    general, shortcut = Deps(), Deps()
+    made = 0
+    for token, (kind, reads, writes) in enumerate(ops):
+        if kind == "any":
+            assert general.add(token, reads, writes) == shortcut.add(token, reads, writes)
+            continue
+        read = reads if made == 0 or reads % 2 else f"fresh{made - 1}"  # x, or an earlier result
+        write = f"fresh{made}"
+        made += 1
+        expected = general.add(token, (read,), (write,))
+        assert expected in ([], [shortcut.writer.get(read)])
+        assert shortcut.add_fresh(token, read, write) == (expected[0] if expected else -1)
+    assert general.writer == shortcut.writer and general.readers == shortcut.readers
+
+
+@settings(max_examples=100, deadline=None)
+@given(steps=st.lists(st.integers(0, 3), min_size=1, max_size=6 * PRUNE), at=st.integers(0, 8))
+def test_a_low_water_mark_prunes_as_asking_each_reader_does(steps, at):
+    """A reader list pruned with `low` (every token below it finished) keeps what asking
+    `finished` of every token keeps, and `finished` is asked only of tokens at or above it."""
+    done: set = set()
+    asked: list[int] = []
+    mark = [0]
+
+    def finished(token):
+        asked.append(token)
+        return token in done
+
+    plain, marked = Deps(finished=done.__contains__), Deps(finished=finished,
+                                                           low=lambda: mark[0])
+    running: list[int] = []
+    token = 0
+    for step in steps:
+        if step == 0 and running:  # the oldest running read finishes, or one `at` further on
+            done.add(running.pop(min(at, len(running) - 1)))
+            mark[0] = running[0] if running else token
+            continue
+        plain.add(token, ("w",), ())
+        marked.add(token, ("w",), ())
+        running.append(token)
+        token += 1
+        assert marked.users("w") == plain.users("w")
+        assert all(t >= mark[0] for t in asked if t != token - 1)
+        asked.clear()

@@ -60,6 +60,9 @@ _SCALAR_OPS = {"add_scalar": ADD, "sub_scalar": SUB, "rsub_scalar": RSUB, "mul_s
 _BINARY_OPS = {"add": ADD, "sub": SUB, "mul": MUL, "div": DIV, "copy": COPY, "copyto": COPY}
 _FILLS = {"ones": 1.0, "zeros": 0.0}
 _SAMPLERS = {"uniform": 0, "normal": 1}
+# the ops of kind SCALAR that read one array (the scalar attr, 0 for relu): `y = x + 1`'s push
+# path looks its op up here, not through `native_op`
+UNARY = {**_SCALAR_OPS, "relu": MAX}
 GEMM_ADDRESSES = addresses()  # numpy's BLAS, called by address; None: `dot` stays Python
 
 
@@ -203,6 +206,35 @@ def run_native(kind, code, dtype, n, a, b, out, scalar, blas):
         _run_typed(kind, code, n, a, b, out, scalar, blas, np.float32)
     else:
         _run_typed(kind, code, n, a, b, out, scalar, blas, np.float64)
+
+
+@njit(cache=True)  # keeps the GIL: sync mode's frontend calls it, no worker runs meanwhile
+def run_stamped(s, slot, token, kind, code, dtype, n, a, b, out, scalar, op_id, name, issue):
+    """Sync mode's native op (NaiveEngine): run it on the calling thread now, and stamp its
+    record as a push and a worker would (its push's span from `issue`, its exec span on the
+    lane's first worker), so that its spans are read out of the table with the others' instead
+    of made as tuples per op; it is then done and below the low-water mark."""
+    start = now_ns()
+    run_native(kind, code, dtype, n, a, b, out, scalar, s[t.H_GEMM + dtype])
+    end = now_ns()
+    s[t.at(slot, t.F_TOKEN)] = token
+    s[t.at(slot, t.F_STATE)] = t.DONE
+    s[t.at(slot, t.F_KIND)] = kind
+    s[t.at(slot, t.F_FAILED)] = 0
+    s[t.at(slot, t.F_OP)] = op_id
+    s[t.at(slot, t.F_NAME)] = name
+    s[t.at(slot, t.F_ISSUE)] = issue
+    s[t.at(slot, t.F_ISSUED)] = start
+    s[t.at(slot, t.F_START)] = start
+    s[t.at(slot, t.F_END)] = end
+    s[t.at(slot, t.F_WORKER)] = 0
+    s[t.H_NEXT] = token + 1
+    s[t.H_LOW] = token + 1
+    s[t.H_DONE] += 1
+
+
+# run_stamped's argument types: the state, nine ints (slot .. out), the scalar, three ints
+STAMPED_TYPES = (types.int64[::1], *[types.int64] * 9, types.float64, *[types.int64] * 3)
 
 
 @njit(nogil=True, cache=True)

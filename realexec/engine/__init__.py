@@ -1,10 +1,11 @@
 """The dependency engine, in two builds behind one API:
 
-- `native` (the default): the frontend orders ops with `asyncsim.nd.deps` and records them in a
-  compiled op table (`table`, over the CPU and OS primitives of `atomics`); worker threads live
-  in a compiled loop (`realexec.cpu.worker`) that runs elementwise kernels, bias adds and
-  products and completes ops without the GIL, and hands every other op back to Python; a worker
-  that the OS left on a busy worker's core moves itself to a free one (`placement`);
+- `native` (the default): the frontend orders ops with `asyncsim.nd.deps` and records them
+  (`pushes`) in a compiled op table (`table`, over the CPU and OS primitives of `atomics`);
+  worker threads live in a compiled loop (`realexec.cpu.worker`) that runs elementwise kernels,
+  bias adds and products and completes ops without the GIL, and hands every other op back to
+  Python; a worker that the OS left on a busy worker's core moves itself to a free one
+  (`placement`);
 - `core` (`engine="python"`): Python worker threads, per-variable read/write queues (`deps`) and
   a GIL-free wait for blockers (`spin`).
 

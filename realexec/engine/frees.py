@@ -48,7 +48,9 @@ class DeferredFrees:
         ready = []
         drop, low = self._deps.drop, self._buf[t.H_LOW]
         for var in vars_:
-            if not self._defer(drop(var), low, one, (var.data,)):
+            users = drop(var)
+            # the common case first, `_defer`'s own first test: every user below the mark
+            if not users or users[-1] < low or not self._defer(users, low, one, (var.data,)):
                 ready.append(var.data)
         if ready:
             self._give_back(give_back, (ready,))

@@ -1,19 +1,20 @@
 """The compiled engine: workers that never take the GIL per op, behind the same API as `Engine`.
 
 The frontend (Python, t1) orders each op with `asyncsim.nd.deps.Deps`, the analysis the
-simulator uses, and makes one compiled call (`table.push`) that records the op in a shared
-table and queues it once its predecessors are done. Each worker thread enters the compiled loop
-`realexec.cpu.worker.work` for its life: it takes ready ops from its lane's queue, runs the
-elementwise kernels, bias adds, samplers and 2-d products (numpy BLAS, by address) itself (no
-Python object touched), stamps start and end, completes the op (dependents become ready, on any
-lane) and wakes a blocker only when one sleeps. An op the loop cannot run (a Python kernel:
-convolutions, reductions, a GPU lane's launch; or an op whose predecessor failed)
-comes back to the thread's Python code, which runs it with the GIL and goes back in
+simulator uses, and makes one compiled call (`table.push`) that records the op in a shared table
+and queues it once its predecessors are done (`realexec.engine.pushes`). Each worker thread
+enters the compiled loop `realexec.cpu.worker.work` for its life: it takes ready ops from its
+lane's queue, runs the elementwise kernels, bias adds, samplers and 2-d products (numpy BLAS, by
+address) itself (no Python object touched), stamps start and end, completes the op (dependents
+become ready, on any lane) and wakes a blocker only when one sleeps. An op the loop cannot run
+(a Python kernel: convolutions, reductions, a GPU lane's launch; or an op whose predecessor
+failed) comes back to the thread's Python code, which runs it with the GIL and goes back in
 (`realexec.engine.threads`). So small ops overlap each other and the frontend, as the chapters
 assume. Idle workers and blockers wait without the GIL (`realexec.engine.sleep`).
 
 Kept from `Engine` (`realexec.engine.core`), so either serves `realexec.session`: lanes
-(`add_lane`, GPU lanes are Python ops), `mode='sync'` (each op runs inside its push),
+(`add_lane`, GPU lanes are Python ops), `mode='sync'` (each op runs inside its push; a
+native op runs and stamps its record in one compiled call),
 `max_inflight`, the blockers, errors (a failing op poisons the vars it writes, and so do the
 ops after it, in Python; `OpError` at the next blocker on a poisoned var and at `wait_all`),
 `delete_var`, the trace, Ctrl-C, close, cancel, interpreter exit and fork (`shutdown`).
@@ -53,27 +54,25 @@ import os
 import threading
 from time import perf_counter_ns
 
-import numpy as np
-
 from asyncsim.nd.deps import Deps
-from realexec.cpu.worker import GEMM_ADDRESSES, PYTHON, RUN_TYPES, run_native
+from realexec.cpu.worker import GEMM_ADDRESSES, STAMPED_TYPES, run_stamped
 from realexec.engine import placement, shutdown, sleep
 from realexec.engine import table as t
-from realexec.engine.core import FRONTEND, Lane, default_workers, settings
+from realexec.engine.core import Lane, default_workers, settings
 from realexec.engine.deps import Failure, OpError, Var
 from realexec.engine.frees import FREE_POLL_NS, DeferredFrees
+from realexec.engine.pushes import Pushes
 from realexec.engine.shutdown import JOIN_S, EngineStopped
 from realexec.engine.spans import BLOCK, TableSpans
 from realexec.engine.threads import WorkerThreads
 
 _POLL_NS = 50_000_000  # a sleeping blocker returns to Python this often (Ctrl-C gets in)
 IDLE_SPIN_S = 50e-6  # an idle worker spins this long before it sleeps (the model's idle_spin)
-_NONE = np.empty(0, np.int64)
 CAPACITY = 1 << 12  # ops the table holds: a push waits for the op `CAPACITY` before it (the
 # model's `Profile.table`)
 
 
-class NativeEngine(WorkerThreads, DeferredFrees, TableSpans, shutdown.Ending):
+class NativeEngine(Pushes, WorkerThreads, DeferredFrees, TableSpans, shutdown.Ending):
     """Vars, pushes, a compiled op table and worker lanes. A context manager, or `close()`."""
 
     def __init__(self, workers: int | None = None, mode: str = "async",
@@ -90,11 +89,11 @@ class NativeEngine(WorkerThreads, DeferredFrees, TableSpans, shutdown.Ending):
         self._buf, self.state = t.new_state(capacity, int(IDLE_SPIN_S * 1e9), default_workers(),
                                             GEMM_ADDRESSES)
         self._push = t.entry(t.push, t.PUSH_TYPES)
-        self._run = t.entry(run_native, RUN_TYPES) if self._sync else None
+        self._run = t.entry(run_stamped, STAMPED_TYPES) if self._sync else None
         if not pin and hasattr(os, "sched_getaffinity"):  # (pinned workers stay put)
             placement.allow(self.state, os.sched_getaffinity(0))
         self._done = _done_in(self._buf, capacity)  # a closure: no reference cycle to self
-        self._deps = Deps(finished=self._done)
+        self._deps = Deps(finished=self._done, low=_low_in(self._buf))
         self._ops: list = [None] * capacity  # per slot: (name, op_id, reads, writes, fn, args)
         self._next = 0  # the next op's token
         self._harvested = 0  # ops below this token have been read out of the table
@@ -157,91 +156,6 @@ class NativeEngine(WorkerThreads, DeferredFrees, TableSpans, shutdown.Ending):
 
     def new_var(self, name: str = "", data=None) -> Var:
         return Var(name, data)
-
-    # -- pushes --------------------------------------------------------------------------------
-    def push(self, fn, reads=(), writes=(), lane: str = "cpu", name: str = "op", args=(),
-             op_id: int = -1, t_issue: int | None = None) -> None:
-        """Queue `fn(*args)` (run by a worker, with the GIL) after the ops on its vars."""
-        self.push_native(PYTHON, 0, 0, 0, 0, 0, 0, 0.0, reads, writes, lane, name, op_id,
-                         t_issue, fn, args)
-
-    def push_native(self, kind, code, dtype, n, a, b, out, scalar, reads, writes,
-                    lane="cpu", name="op", op_id=-1, t_issue=None, fn=None, args=()) -> None:
-        """Queue an op that the compiled worker runs itself (`realexec.cpu.worker`): buffers
-        are addresses of `n` items of `dtype`, and must stay alive until the op is done (the
-        pool keeps them until the vars' deletions run). `push` comes here too, with kind
-        `PYTHON` and the Python kernel `fn(*args)`: one call less on the frontend's path."""
-        if self._closed:
-            raise EngineStopped(f"{name}: {self._stopped or 'the engine is closed'}")
-        if t_issue is None:
-            t_issue = perf_counter_ns()
-        token = self._next
-        if self.max_inflight is not None and token - self._buf[t.H_DONE] >= self.max_inflight:
-            self.throttle(name, op_id)
-        if token >= self._next_harvest and not self._sync:
-            self._harvest(token)
-        if self._frees and self._buf[t.H_DONE] != self._frees_seen:
-            self._run_frees()
-        failed = 0
-        if self._tainted and self._inherited(reads, writes) is not None:
-            failed = t.FAILED_INHERITED
-        self._next = token + 1
-        slot = token & (self.cap - 1)
-        self._ops[slot] = (name, op_id, reads, writes, fn, args)
-        if self._sync:
-            self._run_sync(kind, code, dtype, n, a, b, out, scalar, slot, failed, name, op_id,
-                           t_issue)
-            return
-        preds = self._deps.add(token, reads, writes)
-        np_ = len(preds)
-        p0 = preds[0] if np_ > 0 else -1
-        p1 = preds[1] if np_ > 1 else -1
-        p2 = preds[2] if np_ > 2 else -1
-        more = np.array(preds[3:], np.int64) if np_ > 3 else _NONE
-        number = self._numbers.get(name)
-        if number is None:
-            number = self._number(name)
-        # the push's own span is stamped by the push and read out with the exec spans
-        self._push(self.state, slot, token, self._lane_index[lane], kind, code, dtype, n, a, b,
-                   out, scalar, failed, p0, p1, p2, more, op_id, number, t_issue)
-
-    def _number(self, name: str) -> int:
-        """The number that stands for op name `name` in the table."""
-        self._numbers[name] = number = len(self._names)
-        self._names.append(name)
-        return number
-
-    def _run_sync(self, kind, code, dtype, n, a, b, out, scalar, slot, failed, name, op_id,
-                  t_issue):
-        # NaiveEngine: the op runs inside its push, shown on the lane's first worker, and a
-        # frontend "wait" named after the op covers it (as asyncsim.simulate draws sync mode)
-        start = perf_counter_ns()
-        self._log.append((FRONTEND, "issue", name, op_id, t_issue, start))
-        try:
-            if failed:
-                self._fail_python(slot)
-            elif kind == PYTHON:
-                self._run_python(slot, self._labels[0], log=True)
-            else:
-                # the BLAS address read as a Python int: a numpy scalar costs numba more to unbox
-                self._run(kind, code, dtype, n, a, b, out, scalar, self._buf[t.H_GEMM + dtype])
-                self._log.append((self._labels[0], "exec", name, op_id, start, perf_counter_ns()))
-        finally:
-            self._ops[slot] = None
-            self._buf[t.H_DONE] += 1
-            self._buf[t.H_LOW] = self._next
-            self._log.append((FRONTEND, "wait", name, op_id, start, perf_counter_ns()))
-
-    def throttle(self, name: str = "op", op_id: int = -1) -> None:
-        """Block while `max_inflight` ops are pending (a "wait" span named "max_inflight")."""
-        cap = self.max_inflight
-        if cap is None or self._next - self._buf[t.H_DONE] < cap:
-            return
-        start = perf_counter_ns()
-        self._wait(1, self._next - cap + 1)
-        if self._frees:  # the cap bounds memory too: what the finished ops held comes back
-            self._run_frees()
-        self._log.append((FRONTEND, "wait", "max_inflight", op_id, start, perf_counter_ns()))
 
     # -- blockers ------------------------------------------------------------------------------
     def wait_for_var(self, var) -> None:
@@ -378,6 +292,17 @@ def _cores() -> list[int]:
     if not hasattr(os, "sched_setaffinity"):
         return []
     return sorted(os.sched_getaffinity(0))
+
+
+def _low_in(buf):
+    """The table's low-water mark, read through `buf` (every op below it is done), for `Deps`
+    to prune reader lists by. A closure over the buffer, not the engine (see `_done_in`)."""
+    low = t.H_LOW
+
+    def below() -> int:
+        return buf[low]
+
+    return below
 
 
 def _done_in(buf, cap: int):

@@ -5,8 +5,10 @@ stamps each native op's "exec" span there too. The frontend copies both out of t
 blocks of a few hundred ops (`_harvest`, every `2 * BLOCK` pushes, and before a slot is
 reused), as numpy arrays, and frees those slots' Python records; the log's tuples are made only
 when the log is read (`flush`, `spans`). Made per op on the push path, they cost 0.3-0.7 us of a
-6 us `y = x + 1` (`benchmarks/overhead.py`, 2-core Xeon VM). Python ops' exec spans, blockers'
-waits and sync mode's spans go to the log as they happen.
+6 us `y = x + 1` (`benchmarks/overhead.py`, 2-core Xeon VM). Sync mode's native ops
+(`realexec.cpu.worker.run_stamped`) stamp both there too, and their frontend "wait" is read out
+with their exec span. Python ops' exec spans, blockers' waits and the spans of sync mode's
+Python ops go to the log as they happen.
 
 `TableSpans` is a part of `realexec.engine.native.NativeEngine`, which sets the state its
 methods use: the table (`state`, `_buf`, `cap`), the Python records of its slots (`_ops`), the
@@ -65,7 +67,7 @@ class TableSpans:
             t.column(state, cap, t.F_ISSUE)[slots[issued]] = 0
             t.column(state, cap, t.F_START)[slots[ran]] = 0
             self._blocks.append(([cols[f][issued] for f in _ISSUE_FIELDS],
-                                 [cols[f][ran] for f in _EXEC_FIELDS]))
+                                 [cols[f][ran] for f in _EXEC_FIELDS], self._sync))
             if self._trace is not True:  # a bounded log: keep no more than it would
                 self._spans_out()
         _clear(self._ops, lo, low)
@@ -75,17 +77,20 @@ class TableSpans:
         """Turn the blocks that `_harvest` copied out into the log's spans."""
         blocks, self._blocks = self._blocks, []
         names, labels, log = self._names, self._labels, self._log
-        for issues, execs in blocks:
+        for issues, execs, waited in blocks:
             log.extend([(FRONTEND, "issue", names[k], o, a, b) for k, o, a, b in zip(
                 *(c.tolist() for c in issues), strict=True)])
+            execs = [c.tolist() for c in execs]
             log.extend([(labels[w], "exec", names[k], o, a, b) for w, k, o, a, b in zip(
-                *(c.tolist() for c in execs), strict=True)])
+                *execs, strict=True)])
+            if waited:  # sync mode: the frontend waited through each op it ran
+                log.extend([(FRONTEND, "wait", names[k], o, a, b) for _, k, o, a, b in zip(
+                    *execs, strict=True)])
 
     def flush(self) -> None:
         """Read the spans of every op pushed so far (of the native ops, of those finished) into
         `log`."""
-        if not self._sync:
-            self._harvest(self._next, beyond=True)
+        self._harvest(self._next, beyond=True)
         self._spans_out()
 
     def spans(self) -> list[Span]:
