@@ -290,20 +290,18 @@ def mixed_issue(bench, n: int, loops: int, pause: float, counts=(2, 5, 10)) -> d
     separate: dict = {kind: [] for kind in kinds}
     mixed: dict = {k: [] for k in counts}
 
-    hold_s = max(0.02, 60e-6 * n)
+    hold_s = max(0.02, 120e-6 * n)  # two loops of n calls behind each hold
 
     def period(calls) -> float:  # each loop on its own hold: held at once, they fill the table
         return bench.issue_period(held, calls, hold_s)
 
     for _ in range(loops):
         busy(pause)
-        # each timed loop after an untimed one of its own kinds (`microbench.frontend`)
+        # each timed loop after an untimed one of its own kinds (`issue_period`)
         for kind in kinds:
-            period([makers[kind]] * n)
             separate[kind].append(period([makers[kind]] * n))
         for k in counts:
             calls = [makers[kind] for kind in kinds[:k]] * max(1, n // k)
-            period(calls)
             mixed[k].append(period(calls))
     alone = {kind: central(values) for kind, values in separate.items()}
     ratios = {k: central(values) / (sum(alone[kind] for kind in kinds[:k]) / k)

@@ -81,9 +81,23 @@ class _Bench:
 
     def issue_period(self, arrays, calls, seconds: float) -> float:
         """Seconds per call of `calls` (each issues an op, kept), every worker held meanwhile
-        by `hold(arrays, seconds)`, so no op issued is ready; then waits for all of it."""
+        by `hold(arrays, seconds)`, so no op issued is ready; then waits for all of it.
+
+        As a loop of these calls runs in a workload, its path hot (2-core AMD EPYC VM,
+        `add_scalar`, us an op): the same calls run untimed behind the same hold first, as the
+        frontend slept through the wait before and the loop right after a sleep ran 0.3-0.4
+        slower (4.57-4.64 against 4.22-4.26); and before the hold they run twice (their ops
+        done and dropped), so that the pool's free buffers on top are of their own shapes, as
+        a loop's are. One of another shape in the same size class costs a view of it built
+        per op: 5.54 against 4.59, which a calibration that cycles through kinds paid on every
+        kind. `seconds` must cover both loops behind the hold."""
+        seed = [make() for make in calls * 2]
+        self.nd.waitall()
+        del seed
         self.hold(arrays, seconds)
         kept = []
+        for make in calls:
+            kept.append(make())
         start = perf_counter_ns()
         for make in calls:
             kept.append(make())
@@ -119,19 +133,22 @@ def frontend(bench: _Bench, n: int, repeats: int, pause: float = 0.0) -> dict:
     nd = bench.nd
     makers, (x, m, row) = op_makers(nd)
     nd.waitall()
-    hold_s = max(0.02, 60e-6 * n)
+    hold_s = max(0.02, 120e-6 * n)  # two loops of n calls behind each hold
 
     def period(make) -> float:
         return bench.issue_period((x, m, row), [make] * n, hold_s)
 
     def drops(pending: bool) -> float:
         """Seconds per dropped last handle of x + 1's result: with its op done (the engine
-        gives the buffer back at once) or still pending (held workers: the deletion waits)."""
+        gives the buffer back at once) or still pending (held workers: the deletion waits).
+        The timed drops follow as many untimed ones (`issue_period` says why)."""
         if pending:
             bench.hold((x,), hold_s)
-        kept = [x + 1.0 for _ in range(n)]
+        kept = [x + 1.0 for _ in range(2 * n)]
         if not pending:
             nd.waitall()
+        for _ in range(n):
+            kept.pop()
         start = perf_counter_ns()
         while kept:
             kept.pop()
@@ -140,16 +157,15 @@ def frontend(bench: _Bench, n: int, repeats: int, pause: float = 0.0) -> dict:
         return seconds
 
     # round robin over the kinds, so that a burst of load from elsewhere hits them alike; each
-    # timed loop follows an untimed loop of its own kind, as the model's prices assume (a loop
-    # of one kind, its path hot; `Profile.mix` adds what mixing kinds costs). A loop right after
-    # loops of the other kinds ran 0.7-1.2 us an op slower at the lowest, over all of its 300
-    # ops (add_scalar, 2-core AMD EPYC VM); so did the first loop after a pause (6.9-7.1 us
-    # against 5.9, 2-core Intel VM)
+    # timed loop follows an untimed loop of its own kind behind the same hold, as the model's
+    # prices assume (a loop of one kind, its path hot; `Profile.mix` adds what mixing kinds
+    # costs). A loop right after loops of the other kinds ran 0.7-1.2 us an op slower at the
+    # lowest, over all of its 300 ops (add_scalar, 2-core AMD EPYC VM); so did the first loop
+    # after a pause (6.9-7.1 us against 5.9, 2-core Intel VM)
     samples: dict = {name: [] for name in [*makers, "free", "free pending"]}
     for _ in range(repeats):
         busy(pause)
         for name, make in makers.items():
-            period(make)
             samples[name].append(period(make))
         samples["free"].append(drops(pending=False))
         samples["free pending"].append(drops(pending=True))
