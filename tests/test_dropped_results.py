@@ -256,3 +256,37 @@ def test_runs_handed_over_on_two_threads_lose_and_repeat_nothing():
         assert pool.live_bytes == x.nbytes
         cached = [id(a) for a in pool.cache.free[512]]
         assert len(set(cached)) == len(cached)
+
+
+def test_the_model_prices_each_drop_by_the_path_the_engine_takes():
+    """A small result whose op is done costs `free` to drop, one whose op still runs
+    `free_pending` (the engine keeps its deletion waiting), one too large for a run
+    `free_large` (given back alone); without runs of drops every drop costs `free`."""
+    import dataclasses
+
+    from asyncsim import Profile, predict
+
+    def program(nd):
+        small, large = nd.ones((4,)), nd.ones((2 * DROP_BYTES // 4,))
+        done = small + 1
+        nd.waitall()
+        del done  # its op is done
+        running = small + 1
+        del running  # dropped as soon as issued: its op (a millisecond) still runs
+        bigger = large + 1
+        nd.waitall()
+        del bigger
+        nd.waitall()
+
+    ideal = dataclasses.replace(Profile.ideal(t1=1e-6, t2=1e-3, t3=1e-6), free=2e-6,
+                                free_pending=5e-6, free_large=7e-6)
+    batched = dataclasses.replace(ideal, native=1, drop_batch=DROP_BATCH)
+
+    def drops(profile):
+        frees = [s for s in predict(program, profile).spans_of("frontend", "issue")
+                 if s.name == "free"]
+        return [round((s.end - s.start) * 1e6, 6) for s in frees]
+
+    # the three named drops, then the inputs (small, large) at the program's end
+    assert drops(batched) == [2.0, 5.0, 7.0, 2.0, 7.0]
+    assert drops(ideal) == [2.0] * 5

@@ -18,9 +18,10 @@ The frontend walks `program.instrs`, one SimPy generator:
 - a notebook cell boundary (`Sync` of kind "cell", `nd.cell()`): the frontend idles until every
   op issued so far has finished, as a reader does between two cells, and pays nothing more: no
   t3, no blocker cost. Its "wait" span is named "cell".
-- `Free` drops a handle (costing `profile.free`, an "issue" span, where the profile has it); a
-  small result's deletion waits for `profile.drop_batch` drops in all, or the next blocker or
-  mark (`DROP_BYTES`); with
+- `Free` drops a handle (costing `profile.free`, or `free_pending` for a small result whose ops
+  are running and `free_large` for one too large for a run: an "issue" span, where the profile
+  has a price); a small result's deletion waits for `profile.drop_batch` drops in all, or the
+  next blocker or mark (`DROP_BYTES`); with
   a compiled engine (`profile.native`), when an op that was the last to touch a dropped var has
   finished since the last push, the next push pays `profile.reclaim` at its end (realexec's
   looks at its pending deletions as it pushes, after the frontend's Python, and gives the
@@ -156,14 +157,16 @@ class FrontendProcess:
                                               asleep))
                 spans.append(Span("frontend", ins.kind, -1, start, env.now, "wait"))
             elif kind is Free:
-                if profile.free:
+                drops = self.drops
+                small = drops is not None and self._small(ins.var)
+                price = self._drop_price(ins.var, small)
+                if price:
                     if gil is not None:
                         yield from self._take_gil()
                     start = env.now
-                    yield timeout(profile.free)
+                    yield timeout(price)
                     spans.append(Span("frontend", "free", -1, start, env.now, "issue"))
-                drops = self.drops
-                if drops is not None and self._small(ins.var):
+                if small:
                     drops.append(ins.var)
                     if len(drops) >= profile.drop_batch:
                         self._delete_drops()
@@ -191,6 +194,19 @@ class FrontendProcess:
             gil.release(FRONTEND)
         if host is not None:
             host.frontend_done()
+
+    def _drop_price(self, var: int, small: bool) -> float:
+        """What dropping `var`'s last handle costs the frontend: `free` for a small result whose
+        ops are done (with runs of drops; without, for any drop), `free_pending` for a small one
+        whose ops are still running, `free_large` for one too large for a run (each 0: `free`)."""
+        profile = self.profile
+        if self.drops is None:
+            return profile.free
+        if not small:
+            return profile.free_large or profile.free
+        if var in self.touching:
+            return profile.free_pending or profile.free
+        return profile.free
 
     def _small(self, var: int) -> bool:
         """Whether a dropped var's deletion waits for a run of them (`DROP_BYTES`; not the

@@ -27,7 +27,9 @@ A Profile says
   frontend's cost of it (a device buffer, the stream bookkeeping); `gpu_wait`, what a blocker
   that waited for GPU work adds (the lane thread handing the op back, an event's synchronize);
   `gpu_settle`, what a waitall adds in a program that uses a GPU (every stream synchronised);
-- `free`: frontend seconds to drop a buffer's last handle; `meta`: where the numbers came from;
+- `free`: frontend seconds to drop a buffer's last handle (with runs of drops, `drop_batch`: a
+  small result whose ops are done; `free_pending` and `free_large` price the others); `meta`:
+  where the numbers came from;
 - "frontend:<blocker>" costs (asnumpy, print, item, wait_to_read, waitall): what a blocker adds to
   t3 on the frontend, priced on the bytes of the array it returns (a copy, formatting);
 - a Cost may also price outgrown caches (`cache`, `spill`, `cache2`, `spill2`) and how much
@@ -112,6 +114,7 @@ _SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int,
             "pageable": int, "rss_keep": float, "native": int, "idle_spin": float,
             "table": int, "llc": float, "dram": float, "mix": float, "reclaim": float,
             "after_gemm": float, "t3_asleep": float, "drop_batch": int,
+            "free_pending": float, "free_large": float,
             "foreign": float, "foreign_gemm": float, "forget": float}
 _MINIMUM = {"workers": 1, "cores": 1, "gpus": 0}
 
@@ -182,6 +185,12 @@ class Profile:
     # are deleted together, this many at a time or at the next blocker or mark (realexec's
     # frontend: one call, one lock and one memory sample for the run); 0: each at its drop
     drop_batch: int = 0
+    # (with `drop_batch`) what a drop costs the frontend instead of `free` when it is not a
+    # small result whose ops are done: one whose ops are still running (realexec's engine keeps
+    # its deletion waiting), or one too large for a run (given back alone, with its own lock and
+    # memory sample); 0: `free`
+    free_pending: float = 0.0
+    free_large: float = 0.0
     # how much slower a streaming CPU op (elementwise, reduction, copy, a layer's normalisation
     # or pooling) runs right after a product or a convolution on its worker, as a factor of its
     # bytes time (0 or 1: off); `asyncsim.model.host` says for how long

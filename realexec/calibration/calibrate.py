@@ -8,9 +8,11 @@ a program with:
 
 - `t1` and "frontend:<op>" costs: seconds per issued op ("frontend:broadcast": a binary op on
   operands of different shapes), timed at the start and at the end, the lower of the two;
-  `free`: seconds per dropped last handle (timed on its own: measured as a loop of drops less
-  one of issues, it came out 2.4-2.9 us where dropping alone took 1.2-1.3, with its op done or
-  pending alike), the lower of the two as well;
+  `free`: seconds per dropped last handle of a small result whose op is done, timed on its
+  own, right after the results were made, as a loop drops them (`microbench.frontend`);
+  `free_pending` and `free_large` (compiled engine) the same for a small result whose op is
+  still running and for a result too large to wait for a run of drops; each the lower of the
+  two as well;
 - `t3`: what a blocker costs once its wait is over: its wake-up after the op it waits for ends,
   or, for an op that had ended before the call, the call itself; "frontend:asnumpy|print|item":
   what those blockers add (a copy, formatting), latency + bytes / bandwidth of the array, each
@@ -135,6 +137,11 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
     late = raw.get("issue_late", raw["issue"])
     issue = {name: min(secs, late.get(name, secs)) for name, secs in raw["issue"].items()}
     free = min(raw["free"], raw.get("free_late", raw["free"]))
+    # the drops realexec's compiled engine handles apart from a run of small done ones (0: not
+    # measured, a profile from before)
+    early = {kind: raw.get("frees", {}).get(kind, 0.0) for kind in ("free pending", "free large")}
+    late = {kind: raw.get("frees_late", {}).get(kind, secs) for kind, secs in early.items()}
+    free_pending, free_large = (min(early[kind], late[kind]) for kind in early)
     t1 = issue["add_scalar"]
     frontend = {"frontend:elementwise": t1, "frontend:create": issue["ones"],
                 "frontend:reduce": issue["sum"], "frontend:dot": issue["dot"],
@@ -190,7 +197,9 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
     native = meta.get("engine", "native").startswith("native")
     cache = caches.fit(raw["caches"]) if "caches" in raw else {"llc": 0.0, "dram": 0.0}
     return Profile(name=name, t1=t1, t3=t3, workers=workers, cores=default_workers(), gpus=0,
-                   costs=costs, free=free, dispatch=dispatch, wake=wake, gil=gil,
+                   costs=costs, free=free, free_pending=free_pending if native else 0.0,
+                   free_large=free_large if native else 0.0, dispatch=dispatch, wake=wake,
+                   gil=gil,
                    release=release,
                    switch=sys.getswitchinterval(), spin=_engine_spin(),
                    recheck=raw["blocked"]["recheck"], startup=fresh["startup"],

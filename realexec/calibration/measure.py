@@ -212,7 +212,7 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
         bench = microbench._Bench(nd, workers)
         bar.set_postfix_str("frontend")
         front = step(microbench.frontend, bench, s.issue_ops, s.loops, s.spread)
-        raw["issue"], raw["free"] = front["issue"], front["free"]
+        raw["issue"], raw["free"], raw["frees"] = front["issue"], front["free"], front["frees"]
         bar.update()
         bar.set_postfix_str("round trip")
         raw["roundtrip"] = step(microbench.roundtrip, bench, s.roundtrips, s.loops, s.spread / 2)
@@ -260,6 +260,7 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
                                      s.spread / 2)
         late = step(microbench.frontend, bench, s.issue_ops, s.loops, s.spread)
         raw["issue_late"], raw["free_late"] = late["issue"], late["free"]
+        raw["frees_late"] = late["frees"]
         bar.update()
         bar.set_postfix_str("concurrency")
         raw["concurrency"] = step(_concurrency, bench, s) if workers > 1 else {}

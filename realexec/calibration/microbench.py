@@ -37,6 +37,7 @@ from time import perf_counter_ns
 
 import numpy as np
 
+from asyncsim.model.issue import DROP_BATCH, DROP_BYTES
 from realexec.calibration.steady import busy, central
 
 _HOLD = "calibrate-hold"
@@ -128,33 +129,40 @@ def op_makers(nd) -> tuple[dict, tuple]:
 
 
 def frontend(bench: _Bench, n: int, repeats: int, pause: float = 0.0) -> dict:
-    """Seconds per issued op for each op kind (held workers), and per dropped last handle
-    ("free": the mean of drops whose op is done and of drops whose op is pending, "frees")."""
+    """Seconds per issued op for each op kind (held workers), and per dropped last handle:
+    "free", a small result whose op is done (the engine gives it back with a run of others);
+    "free pending", one whose op is still running (its deletion waits); "free large", a result
+    too large for a run whose op is done (given back alone, at once): `drops`."""
     nd = bench.nd
     makers, (x, m, row) = op_makers(nd)
+    large = nd.ones((2 * DROP_BYTES // 4,))  # float32: twice what a run of drops may hold
     nd.waitall()
     hold_s = max(0.02, 120e-6 * n)  # two loops of n calls behind each hold
 
     def period(make) -> float:
         return bench.issue_period((x, m, row), [make] * n, hold_s)
 
-    def drops(pending: bool) -> float:
-        """Seconds per dropped last handle of x + 1's result: with its op done (the engine
-        gives the buffer back at once) or still pending (held workers: the deletion waits).
-        The timed drops follow as many untimed ones (`issue_period` says why)."""
-        if pending:
-            bench.hold((x,), hold_s)
-        kept = [x + 1.0 for _ in range(2 * n)]
-        if not pending:
-            nd.waitall()
-        for _ in range(n):
-            kept.pop()
-        start = perf_counter_ns()
-        while kept:
-            kept.pop()
-        seconds = (perf_counter_ns() - start) * 1e-9 / n
-        nd.waitall()
-        return seconds
+    def drops(source, pending: bool) -> float:
+        """Seconds per dropped last handle of `source + 1`'s result, in rounds of a run's
+        worth (`DROP_BATCH`) made and then dropped, only the drops timed: as a loop drops its
+        results, right after making them (a drop of a result made long before, its objects out
+        of the caches, cost 1.0-1.2 us where a loop's cost 0.5-0.8, 2-core AMD EPYC VM). Ops
+        done (a short wait, spun, before the drops) or still pending (held behind a short
+        hold: the deletions wait)."""
+        total, rounds = 0, max(1, n // DROP_BATCH)
+        for _ in range(rounds):
+            if pending:
+                bench.hold((source,), 2e-3)
+            kept = [source + 1.0 for _ in range(DROP_BATCH)]
+            if not pending:
+                nd.waitall()
+            start = perf_counter_ns()
+            while kept:
+                kept.pop()
+            total += perf_counter_ns() - start
+            if pending:
+                nd.waitall()
+        return total * 1e-9 / (rounds * DROP_BATCH)
 
     # round robin over the kinds, so that a burst of load from elsewhere hits them alike; each
     # timed loop follows an untimed loop of its own kind behind the same hold, as the model's
@@ -162,19 +170,20 @@ def frontend(bench: _Bench, n: int, repeats: int, pause: float = 0.0) -> dict:
     # costs). A loop right after loops of the other kinds ran 0.7-1.2 us an op slower at the
     # lowest, over all of its 300 ops (add_scalar, 2-core AMD EPYC VM); so did the first loop
     # after a pause (6.9-7.1 us against 5.9, 2-core Intel VM)
-    samples: dict = {name: [] for name in [*makers, "free", "free pending"]}
+    frees = {"free": (x, False), "free pending": (x, True), "free large": (large, False)}
+    samples: dict = {name: [] for name in [*makers, *frees]}
     for _ in range(repeats):
         busy(pause)
         for name, make in makers.items():
             samples[name].append(period(make))
-        samples["free"].append(drops(pending=False))
-        samples["free pending"].append(drops(pending=True))
+        for name, (source, pending) in frees.items():
+            drops(source, pending)  # untimed: the path hot, as for the issues
+            samples[name].append(drops(source, pending))
     # not a low quantile (the machine at its fastest), which made every prediction of many
     # small ops short: see `central`
     issue = {name: central(samples[name]) for name in makers}
-    # the two kinds of drop cost alike (1.2-1.3 us on the 2-core Intel VM): one price for both
-    frees = {kind: central(samples[kind]) for kind in ("free", "free pending")}
-    return {"issue": issue, "free": 0.5 * sum(frees.values()), "frees": frees,
+    prices = {kind: central(samples[kind]) for kind in frees}
+    return {"issue": issue, "free": prices["free"], "frees": prices,
             "spread": {name: [float(np.min(v)), float(np.max(v))] for name, v in samples.items()}}
 
 
