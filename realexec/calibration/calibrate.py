@@ -125,7 +125,7 @@ from realexec.engine.core import Engine, default_workers
 from realexec.engine.native import CAPACITY, IDLE_SPIN_S
 from realexec.frontend import machine
 
-VERSION = 20  # bump when what is measured changes: older cache files are then ignored
+VERSION = 21  # bump when what is measured changes: older cache files are then ignored
 
 
 def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:

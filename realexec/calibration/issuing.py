@@ -292,17 +292,21 @@ def mixed_issue(bench, n: int, loops: int, pause: float, counts=(2, 5, 10)) -> d
 
     hold_s = max(0.02, 120e-6 * n)  # two loops of n calls behind each hold
 
-    def period(calls) -> float:  # each loop on its own hold: held at once, they fill the table
-        return bench.issue_period(held, calls, hold_s)
+    def period(calls, seed: bool) -> float:  # each loop on its own hold (held at once, they
+        # would fill the table)
+        return bench.issue_period(held, calls, hold_s, seed)
 
     for _ in range(loops):
         busy(pause)
-        # each timed loop after an untimed one of its own kinds (`issue_period`)
+        # each timed loop after an untimed one of its own kinds (`issue_period`); a kind alone
+        # over buffers of its own shapes, as a loop of it runs, and kinds in turn over the pool
+        # as the loops before left it: taking another kind's buffer is part of what mixing
+        # costs (a view of it built per op)
         for kind in kinds:
-            separate[kind].append(period([makers[kind]] * n))
+            separate[kind].append(period([makers[kind]] * n, True))
         for k in counts:
             calls = [makers[kind] for kind in kinds[:k]] * max(1, n // k)
-            mixed[k].append(period(calls))
+            mixed[k].append(period(calls, False))
     alone = {kind: central(values) for kind, values in separate.items()}
     ratios = {k: central(values) / (sum(alone[kind] for kind in kinds[:k]) / k)
               for k, values in mixed.items()}

@@ -80,7 +80,7 @@ class _Bench:
             pause = seconds if k == 0 or others is None else others
             self.engine.push(time.sleep, (), writes, "cpu", _HOLD, (pause,))
 
-    def issue_period(self, arrays, calls, seconds: float) -> float:
+    def issue_period(self, arrays, calls, seconds: float, seed: bool = True) -> float:
         """Seconds per call of `calls` (each issues an op, kept), every worker held meanwhile
         by `hold(arrays, seconds)`, so no op issued is ready; then waits for all of it.
 
@@ -91,10 +91,12 @@ class _Bench:
         done and dropped), so that the pool's free buffers on top are of their own shapes, as
         a loop's are. One of another shape in the same size class costs a view of it built
         per op: 5.54 against 4.59, which a calibration that cycles through kinds paid on every
-        kind. `seconds` must cover both loops behind the hold."""
-        seed = [make() for make in calls * 2]
-        self.nd.waitall()
-        del seed
+        kind (`seed=False`: the pool as the loops before left it, as ops of several kinds in
+        turn find it). `seconds` must cover both loops behind the hold."""
+        if seed:
+            made = [make() for make in calls * 2]
+            self.nd.waitall()
+            del made
         self.hold(arrays, seconds)
         kept = []
         for make in calls:
