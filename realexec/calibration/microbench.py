@@ -148,7 +148,7 @@ def frontend(bench: _Bench, n: int, repeats: int, pause: float = 0.0) -> dict:
         """Seconds per dropped last handle of `source + 1`'s result, in rounds of a run's
         worth (`DROP_BATCH`) made and then dropped, only the drops timed: as a loop drops its
         results, right after making them (a drop of a result made long before, its objects out
-        of the caches, cost 1.0-1.2 us where a loop's cost 0.5-0.8, 2-core AMD EPYC VM). Ops
+        of the caches, cost 1.0-1.3 us where a loop's cost 0.5-0.8, 2-core AMD EPYC VM). Ops
         done (a short wait, spun, before the drops) or still pending (held behind a short
         hold: the deletions wait)."""
         total, rounds = 0, max(1, n // DROP_BATCH)

@@ -228,7 +228,6 @@ def run_stamped(s, slot, token, kind, code, dtype, n, a, b, out, scalar, op_id, 
     s[t.at(slot, t.F_START)] = start
     s[t.at(slot, t.F_END)] = end
     s[t.at(slot, t.F_WORKER)] = 0
-    s[t.H_NEXT] = token + 1
     s[t.H_LOW] = token + 1
     s[t.H_DONE] += 1
 
