@@ -3,6 +3,7 @@ bounds reader lists, the queries a blocker and a deletion use, and, for random p
 predecessors order ops exactly as MXNet's ThreadedVar rules do; then that DepTracker, built on it,
 releases ops in any completion order exactly when their conflicting earlier ops are done."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -113,12 +114,19 @@ def test_pruning_keeps_every_unfinished_reader():
 @given(steps=st.lists(st.integers(0, 3), min_size=1, max_size=6 * PRUNE))
 def test_pruning_never_drops_an_unfinished_reader(steps):
     """Reads of one var interleaved with finishes (step 0 finishes the oldest running read,
-    any other step adds a read): every running read stays listed, and right after each read
-    the list is no longer than the reads still running or PRUNE."""
+    any other step adds a read): every running read stays listed; the list is never longer
+    than four times the most reads that ran at once (or PRUNE), and weeding it asks `finished`
+    at most four times per read."""
     done: set = set()
-    deps = Deps(finished=done.__contains__)
+    asked = [0]
+
+    def finished(token):
+        asked[0] += 1
+        return token in done
+
+    deps = Deps(finished=finished)
     running: list[int] = []
-    token = 0
+    token = most = 0
     for step in steps:
         if step == 0 and running:
             done.add(running.pop(0))
@@ -126,11 +134,47 @@ def test_pruning_never_drops_an_unfinished_reader(steps):
         deps.add(token, ("w",), ())
         running.append(token)
         token += 1
+        most = max(most, len(running))
         users = deps.users("w")
         assert set(running) <= set(users)
-        assert len(users) <= max(PRUNE, len(running))
+        assert len(users) <= max(PRUNE, 4 * most)
+    assert asked[0] <= 4 * token
     if token:
         assert set(running) <= set(deps.add(token, (), ("w",)))
+
+
+def _hovering_window(low: bool, window: int = 120, reads: int = 4000) -> tuple[int, list]:
+    """`reads` reads of x, each finishing `window` reads later: (how many times `finished` was
+    asked, x's reader list at the end)."""
+    asked, now = [0], [0]
+
+    def finished(t):
+        asked[0] += 1
+        return t < now[0] - window
+
+    deps = Deps(finished=finished, low=(lambda: now[0] - window) if low else None)
+    for token in range(reads):
+        now[0] = token
+        deps.add(token, ("x",), (("y", token),))
+    return asked[0], deps.users("x")
+
+
+@pytest.mark.parametrize("low", [False, True])
+def test_a_long_list_of_running_reads_is_not_weeded_at_every_read(low):
+    """120 reads of x always running (each finishes 120 reads later, as `small_ops`' queued
+    products do): the list hovers just under 128. Weeding it at each return to 128 asked
+    `finished` of ~128 tokens every 8 reads, 16 asks a read; it must stay a few."""
+    asked, users = _hovering_window(low)
+    assert asked <= 3 * 4000
+    assert set(range(4000 - 120, 4000)) <= set(users)
+
+
+def test_an_op_reading_a_var_twice_is_listed_once():
+    deps = Deps()
+    deps.add(0, (), ("x",))
+    assert deps.add(1, ("x", "x"), ("y",)) == [0, 0]
+    assert deps.users("x") == [1]
+    assert sorted(deps.add(2, (), ("x",))) == [1]
 
 
 # -- queries --------------------------------------------------------------------------------------

@@ -20,7 +20,8 @@ Bounded memory: a var read over and over but never written (a weight at inferenc
 every reader's token. `finished(token)`, when given, says an op is done: a reader list that
 reaches `PRUNE` entries, or twice, four times.. as many, drops the finished ones (a finished
 predecessor orders nothing; the op being added is kept whatever `finished` says of it), so it
-stays about as long as the ops still running on it; `low()`, when given, is a token below which
+stays within a few times as long as the ops still running on it, and a list left long is not
+weeded again before it has doubled (a few `finished` calls per read, however many run); `low()`, when given, is a token below which
 every op is finished, so that the prune cuts that part of a list (in token order) in one step.
 `add_fresh` is `add` for the commonest op, one read and a write of a var no op has named yet,
 which the compiled engine's fast push asks. No threads, no time: unit-tested on its own.
@@ -38,7 +39,7 @@ PRUNE = 64  # a reader list this long is weeded of finished tokens
 class Deps:
     """Per var: the token of its last write and the tokens of the reads since."""
 
-    __slots__ = ("writer", "readers", "finished", "low")
+    __slots__ = ("writer", "readers", "finished", "low", "skip")
 
     def __init__(self, finished=None, low=None):
         self.writer: dict = {}  # var -> token of its last write
@@ -47,6 +48,9 @@ class Deps:
         # () -> a token below which every op is finished, or None: a prune cuts the readers below
         # it at once (a list is in token order) and asks `finished` only of the rest
         self.low = low
+        # var -> the length its reader list must reach before it is weeded again (a list that
+        # stayed long); stale after a write of the var, which only puts one weeding off
+        self.skip: dict = {}
 
     def add(self, token: int, reads, writes) -> list[int]:
         """Register op `token` (larger than every token added before) and return the tokens it
@@ -62,11 +66,11 @@ class Deps:
             rs = readers.get(v)
             if rs is None:
                 readers[v] = [token]
-            else:
+            elif rs[-1] != token:  # `dot(x, x)` reads x once
                 rs.append(token)
-                # at 2x, 4x.. PRUNE entries: a list of running reads is weeded O(1) per read
-                if len(rs) >= PRUNE and not len(rs) & (len(rs) - 1) and self.finished:
-                    self._prune(rs, token)
+                n = len(rs)
+                if n >= PRUNE and not n & (n - 1) and self.finished:
+                    self._prune(v, rs, token)
         for v in writes:
             rs = readers.pop(v, None)
             if rs:
@@ -89,19 +93,27 @@ class Deps:
             self.readers[read] = [token]
         else:
             rs.append(token)
-            if len(rs) >= PRUNE and not len(rs) & (len(rs) - 1) and self.finished:
-                self._prune(rs, token)
+            n = len(rs)
+            if n >= PRUNE and not n & (n - 1) and self.finished:
+                self._prune(read, rs, token)
         self.writer[write] = token
         return -1 if w is None else w
 
-    def _prune(self, rs: list, token: int) -> None:
-        """Drop the finished tokens of reader list `rs`, keeping `token` (the op being added).
-        A `y = x + 1` loop with its worker keeping up asked `finished` of each of x's 64
-        readers every 64 reads, a call per op; below `low` the list is cut in one step."""
+    def _prune(self, var, rs: list, token: int) -> None:
+        """Drop the finished tokens of `var`'s reader list `rs`, keeping `token` (the op being
+        added). A `y = x + 1` loop with its worker keeping up asked `finished` of each of x's 64
+        readers every 64 reads, a call per op; below `low` the list is cut in one step. A list
+        left long (its reads still running) is not weeded again before it has doubled: with
+        100-odd reads of x queued (`small_ops`' independent products), a prune at each return
+        to 128 came every few reads and asked `finished` of every one of them, 13 us each time
+        (one push in five)."""
+        if len(rs) < self.skip.get(var, 0):
+            return
         if self.low is not None:
             del rs[:bisect_left(rs, self.low())]
         done = self.finished
         rs[:] = [t for t in rs if t == token or not done(t)]
+        self.skip[var] = 2 * len(rs)
 
     def last_write(self, var):
         """The token of the var's last write, or None: what a wait_to_read waits for."""
@@ -127,6 +139,8 @@ class Deps:
         """`users(var)`, then `forget(var)`, in one step (a freed var's deletion waits for them)."""
         rs = self.readers.pop(var, None)
         w = self.writer.pop(var, None)
+        if self.skip:
+            self.skip.pop(var, None)
         if rs:
             return rs
         return [] if w is None else [w]
@@ -135,3 +149,4 @@ class Deps:
         """Drop a var that no op will name again (it was freed)."""
         self.writer.pop(var, None)
         self.readers.pop(var, None)
+        self.skip.pop(var, None)
