@@ -45,7 +45,7 @@ import realexec
 import realexec.frontend as frontend
 from asyncsim.nd.frontend import ND
 from realexec.cpu.loops import ADD
-from realexec.cpu.worker import RUN_TYPES, SCALAR, run_native
+from realexec.cpu.native_ops import RUN_TYPES, SCALAR, run_native
 from realexec.engine import table
 from realexec.engine.deps import Var
 from realexec.engine.memory import ADDRESSES

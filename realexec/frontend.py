@@ -47,6 +47,8 @@ from asyncsim.nd.frontend import same_records
 from asyncsim.nd.ops import COMPILED
 from asyncsim.nd.trace import Span, Trace, device_lanes
 from realexec.cpu import kernels as cpu
+from realexec.cpu.graph import program
+from realexec.cpu.native_ops import GRAPH
 from realexec.cpu.worker import (
     DTYPES,
     RANDOM,
@@ -137,14 +139,24 @@ class EngineBackend(GpuBackend):
             reads = tuple([vars_[v] for v in names])
         if op.device != "cpu":  # cpu(i): its spans are shown under it in `trace`
             self._on_device[op.id] = op.device
-        coded = None
-        if self._native and name in COMPILED and host is None:
+        coded = native = None
+        if self._native and host is None and not (
+                gpus and any(type(v) is StreamVar for v in reads)):
             # a replaced kernel (a test's gate, a teacher's tracer) runs as given, in Python,
             # and so does an op whose input a GPU copy fills (it waits for the copy in Python)
-            if self.kernels[name] is _KERNELS[name] and not (
-                    gpus and any(type(v) is StreamVar for v in reads)):
-                coded = native_op(name, op.attrs, [v.data.shape for v in reads])
+            if name in COMPILED:
+                if self.kernels[name] is _KERNELS[name]:
+                    coded = native_op(name, op.attrs, [v.data.shape for v in reads])
+            elif name == "graph":
+                native = self._graph_program(op.attrs["graph"])
         try:
+            if native is not None:  # the worker runs the whole graph: no Python per call
+                bindings = np.array([v.ptr or _address_of(v) for v in reads]
+                                    + [out.ptr or _address_of(out)], np.int64)
+                engine.push_native(GRAPH, 0, 0, len(bindings), native.address,
+                                   address(bindings), int(bindings[-1]), 0.0, reads, (out,),
+                                   "cpu", name, op.id, t_issue, None, (bindings, native))
+                return
             if coded is not None:  # the compiled worker runs it, over the buffers' addresses
                 kind, code, scalar = coded
                 data = out.data
@@ -175,6 +187,16 @@ class EngineBackend(GpuBackend):
                 vars_.pop(out_var.id, None)
                 self.pools[out_var.device].release(out.data)
             raise
+
+    def _graph_program(self, graph):
+        """The compiled worker's program of a hybridized graph (`realexec.cpu.graph.program`),
+        or None: not a native graph, or a kernel it uses replaced (it then runs as given)."""
+        native = program(graph)
+        kernels = self.kernels
+        if native is None or kernels["graph"] is not _KERNELS["graph"] or any(
+                kernels[n] is not _KERNELS[n] for n in native.names):
+            return None
+        return native
 
     @property
     def issue_same(self):

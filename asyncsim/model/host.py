@@ -41,9 +41,10 @@ what the book's closed forms assume. With a Host:
   sharing one memory system; fixed at its start, which is exact for kernels that start together
   and cheap to simulate). Compute-bound kernels (crowd 0) neither stretch nor count.
 - compiled workers (`profile.native`, realexec's default engine): an op of `ops.COMPILED` that
-  does not broadcast, or broadcasts as a bias (`ops.native_broadcast`), is run and completed by
-  compiled code, so it neither takes nor waits for the GIL and pays no `gil`, `release` or
-  `recheck`; a worker back from a Python op lets the GIL go before it. Other ops (convolutions,
+  does not broadcast, or broadcasts as a bias (`ops.native_broadcast`), and a hybridized graph
+  of such ops (`jit.Graph.compiled`) are run and completed by compiled code, so they neither
+  take nor wait for the GIL and pay no `gil`, `release` or `recheck`; a worker back from a
+  Python op lets the GIL go before it. Other ops (convolutions,
   reductions) come back to Python as before.
   An idle compiled worker spins `profile.idle_spin` seconds before it sleeps: an op queued
   meanwhile starts at once, with no `dispatch` and no `wake` for whoever queued it.
@@ -193,7 +194,8 @@ class Host:
             by_bytes, by_flops = by_flops, 0.0  # time is what kernels beside it stretch
         by_bytes += cold
         self.parts.append((cost.latency, by_bytes, by_flops, cost.crowd if by_bytes else 0.0))
-        self.compiled.append(self.native and op.name in COMPILED and not broadcast)
+        self.compiled.append(self.native and (op.name in COMPILED and not broadcast or (
+            op.name == "graph" and op.attrs["graph"].compiled)))
 
     # -- the frontend's waits -------------------------------------------------------------------
     def frontend_waits(self, event) -> None:

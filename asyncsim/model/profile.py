@@ -10,7 +10,8 @@ A Profile says
   compute stream and a copy engine lane);
 - `costs`: `Cost`s keyed "DEVICE:NAME" where DEVICE is "cpu", "gpu" or "frontend" and NAME is an op
   ("DEVICE:graph", a hybridized graph: its latency is what the graph's kernel adds per member op
-  to their sum)
+  to their sum, but for a graph that a compiled worker runs whole: `jit.Graph.compiled`, with
+  `native`)
   name from `asyncsim.nd.ops`, an op group (create, elementwise, reduce, dot, copy) or "*" (a
   fallback, not for "frontend", whose fallback is t1). An op is priced by name, then group, then
   "*"; a binary op whose operands' shapes differ (broadcasting: another path through the frontend
@@ -227,7 +228,9 @@ class Profile:
             seconds = sum(self.cost(m, m.name in BROADCASTING and graph.broadcasts(m))
                           for m in graph.ops)
             step = self.costs.get(f"{device_kind(op.device)}:graph")
-            if step is not None:  # the graph kernel's own work per member (its bindings)
+            # the graph kernel's own Python per member (its bindings); none where a compiled
+            # worker runs the whole graph itself (realexec's native_ops.GRAPH)
+            if step is not None and not (self.native and graph.compiled):
                 seconds += step.latency * len(graph.ops)
             return "graph", Cost(latency=seconds)
         kind = device_kind(op.device)

@@ -21,8 +21,9 @@ every reader's token. `finished(token)`, when given, says an op is done: a reade
 reaches `PRUNE` entries, or twice, four times.. as many, drops the finished ones (a finished
 predecessor orders nothing; the op being added is kept whatever `finished` says of it), so it
 stays within a few times as long as the ops still running on it, and a list left long is not
-weeded again before it has doubled (a few `finished` calls per read, however many run); `low()`, when given, is a token below which
-every op is finished, so that the prune cuts that part of a list (in token order) in one step.
+weeded again before it has doubled (a few `finished` calls per read, however many run);
+`low()`, when given, is a token below which every op is finished, so that the prune cuts that
+part of a list (in token order) in one step.
 `add_fresh` is `add` for the commonest op, one read and a write of a var no op has named yet,
 which the compiled engine's fast push asks. No threads, no time: unit-tested on its own.
 """

@@ -13,10 +13,14 @@ statistics in training mode); a graph holding one is replayed op by op, never ru
 The `Graph` is then issued as op "graph" of `asyncsim.nd.ops` with the block's input and its
 parameters as inputs: one push, one issue cost (t1) in the model, one kernel call on a worker
 that runs the graph's kernels in order with no frontend, no dependency tracking and no
-Python dispatch per op in between (realexec's `graph` kernel). The model prices it as the sum of
-its ops' costs. A graph is traced per input shape, dtype and device, as MXNet's CachedOp infers.
-Assumptions: one output array; the parameters' shapes are known after the trace (deferred
-initialisation happens during it, on the real `nd`).
+Python dispatch per op in between (realexec's `graph` kernel). A graph of ops that the compiled
+worker runs itself (`Graph.compiled`: products, bias adds, elementwise ops) needs no Python at
+all per call: realexec's compiled engine runs it whole without the GIL (as MXNet's bulk
+execution of a CachedOp pushes a segment of ops as one engine op), and the model's native
+workers price it so. The model prices a graph as the sum of its ops' costs. A graph is traced
+per input shape, dtype and device, as MXNet's CachedOp infers. Assumptions: one output array;
+the parameters' shapes are known after the trace (deferred initialisation happens during it, on
+the real `nd`).
 """
 
 from __future__ import annotations
@@ -24,8 +28,15 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from asyncsim.nd.ops import ShapeError, broadcasts
+from asyncsim.nd.ops import COMPILED, ShapeError, block_broadcast, broadcasts
 from asyncsim.nd.program import Op, Var
+
+# a compiled worker runs a graph in one call only if its temporaries (every var it writes but
+# its output, all allocated for the call) come to at most this many bytes
+NATIVE_TEMPORARIES = 64 << 20
+_IN_ONE_CALL = COMPILED - {"normal", "uniform"}  # a sampler's seed is drawn per call: Python
+_SIDE = 1 << 17  # a product's sizes and a bias's blocks the compiled worker takes: under these
+_BLOCK_SIDE = 1 << 26
 
 
 class HybridizeError(RuntimeError):
@@ -61,6 +72,33 @@ class Graph:
         if tuple(shapes) != self.in_shapes:
             raise ShapeError(f"{self.name}: the hybridized graph was traced for inputs "
                              f"{self.in_shapes}, got {tuple(shapes)}")
+
+    @property
+    def compiled(self) -> bool:
+        """Whether a compiled worker runs the whole graph itself, no Python per call (realexec's
+        `native_ops.GRAPH`): every op one it runs (elementwise ops, a bias add, a 2-d product;
+        not a sampler), in float32 or float64, temporaries within `NATIVE_TEMPORARIES`, and an
+        output that is not one of its inputs. realexec's `graph.program` decides the same from
+        the kernels' own table (tests hold the two together)."""
+        if self.output in self.inputs or self.writes_in_place:
+            return False
+        temporaries = 0
+        for op in self.ops:
+            out = self.vars[op.out]
+            if op.name not in _IN_ONE_CALL or str(out.dtype) not in ("float32", "float64"):
+                return False
+            shapes = [self.vars[v].shape for v in op.reads]
+            if op.name == "dot" and (len(shapes) != 2 or any(len(s) != 2 for s in shapes)
+                                     or not all(0 < d < _SIDE for s in shapes for d in s)):
+                return False
+            if (len(shapes) == 2 and shapes[0] != shapes[1] and op.name != "copyto"
+                    and op.name != "dot"):
+                block = block_broadcast(shapes[0], shapes[1])
+                if block is None or max(block) >= _BLOCK_SIDE:
+                    return False
+            if op.out != self.output:
+                temporaries += out.nbytes
+        return temporaries <= NATIVE_TEMPORARIES
 
     def broadcasts(self, op: Op) -> bool:
         """Whether a binary member op's operands differ in shape (priced as broadcasting)."""

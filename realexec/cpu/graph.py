@@ -11,9 +11,12 @@ The plan (which buffer each op reads and writes, and which temporaries die after
 out once per graph object and cached on it (in a module table, holding the graph, for an object
 that takes no new attribute). An in-place op inside a graph is refused when the plan is made.
 A graph whose every op the compiled worker runs itself (products, elementwise ops, bias adds:
-`realexec.cpu.worker.native_op`) runs them all in one compiled call without the GIL
-(`worker.run_steps`), over temporaries each worker thread allocates once per graph and keeps
-(`NATIVE_TEMPORARIES` at most: a larger graph runs step by step).
+`realexec.cpu.worker.native_op`) and whose temporaries come to at most `NATIVE_TEMPORARIES`
+(`asyncsim.nd.jit.Graph.compiled` says the same from the graph alone) does not come here on
+the compiled engine: `program(graph)` encodes it once, and the worker runs each call itself, no
+Python and no GIL per call (`native_ops.GRAPH`). Here (the Python engine, or a member's kernel
+replaced) it runs in one compiled call (`native_ops.run_steps`), over temporaries each worker
+thread allocates once per graph and keeps; any other graph runs step by step.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from asyncsim.nd.jit import NATIVE_TEMPORARIES  # the model's rule as well
 from asyncsim.nd.ops import INPLACE
 
 # fallback cache for graph objects that take no new attribute: id -> (graph, (steps, native
@@ -80,15 +84,10 @@ def _cached_plan(graph) -> tuple[list[Step], list | None]:
     return plan
 
 
-# a graph whose steps the compiled worker's kernels cover runs them in one compiled call, its
-# temporaries all allocated first: up to this many bytes of them (else step by step, each
-# temporary dropped after its last read)
-NATIVE_TEMPORARIES = 64 << 20
-
-
 def _native_plan(graph, plan: list[Step]):
     """Each step as (kind, code, dtype, scalar) of `realexec.cpu.worker.native_op`, or None when
-    a step is not a native op or the temporaries come to more than `NATIVE_TEMPORARIES`."""
+    a step is not a native op or the temporaries come to more than `NATIVE_TEMPORARIES` (its
+    temporaries are all allocated first; step by step, each is dropped after its last read)."""
     from realexec.cpu.worker import DTYPES, RANDOM, native_op  # (the worker imports this)
 
     coded, temporaries = [], 0
@@ -102,6 +101,61 @@ def _native_plan(graph, plan: list[Step]):
         if step.new is not None:
             temporaries += int(np.prod(step.new[0], dtype=np.int64)) * step.new[1].itemsize
     return coded if temporaries <= NATIVE_TEMPORARIES else None
+
+
+class Program(NamedTuple):
+    """A native graph as the compiled worker runs it (`native_ops.run_graph`)."""
+
+    head: np.ndarray  # steps, the records' address, the scalars' address, temporaries' bytes
+    records: np.ndarray  # per step (kind, code, dtype, n, a, b, out); a, b, out as bound
+    scalars: np.ndarray
+    address: int  # of `head`: the op's `a`
+    names: tuple  # the member ops' names (their kernels must be the shipped ones)
+
+
+_PROGRAMS: dict[int, tuple[object, Program | None]] = {}  # as `_PLANS`
+
+
+def program(graph) -> Program | None:
+    """The graph's `Program`, made at its first native call; None when it is not native (a
+    member the worker does not run, too many temporaries) or writes into one of its inputs."""
+    made = getattr(graph, "_cpu_program", None)
+    if made is None:
+        entry = _PROGRAMS.get(id(graph))
+        made = entry[1] if entry is not None and entry[0] is graph else None
+    if made is not None:
+        return made or None
+    plan, coded = _cached_plan(graph)
+    made = False if coded is None or graph.output in graph.inputs else _program(graph, plan,
+                                                                                 coded)
+    try:
+        graph._cpu_program = made
+    except (AttributeError, TypeError):
+        _PROGRAMS[id(graph)] = (graph, made)
+    return made or None
+
+
+def _program(graph, plan: list[Step], coded: list) -> Program:
+    # an input is binding k (-1 - k), the output the one after them; each temporary an offset
+    # into the call's scratch, on a cache line of its own
+    where = {var: -1 - k for k, var in enumerate(graph.inputs)}
+    where[graph.output] = -1 - len(graph.inputs)
+    scratch = 0
+    for step in plan:
+        if step.new is not None and step.out not in where:
+            where[step.out] = scratch
+            scratch += -(-int(np.prod(step.new[0], dtype=np.int64)) * step.new[1].itemsize
+                         // 64) * 64
+    records = np.zeros((len(plan), 7), np.int64)
+    scalars = np.zeros(len(plan), np.float64)
+    for i, (step, (kind, code, dtype, scalar)) in enumerate(zip(plan, coded, strict=True)):
+        reads = step.reads[:2] if step.reads else (step.out,)
+        n = int(np.prod(graph.vars[step.out].shape, dtype=np.int64))
+        records[i] = (kind, code, dtype, n, where[reads[0]], where[reads[-1]], where[step.out])
+        scalars[i] = scalar
+    head = np.array([len(plan), records.ctypes.data, scalars.ctypes.data, scratch], np.int64)
+    return Program(head, records, scalars, head.ctypes.data,
+                   tuple(dict.fromkeys(step.name for step in plan)))
 
 
 def _workspace(graph, plan, coded) -> tuple:
@@ -136,7 +190,8 @@ def _workspace(graph, plan, coded) -> tuple:
 def _run_native(graph, plan, coded, buffers) -> None:
     """Every step in one compiled call (`worker.run_steps`), no GIL held meanwhile, over this
     thread's temporaries for the graph (reused from call to call)."""
-    from realexec.cpu.worker import GEMM_ADDRESSES, address, run_steps
+    from realexec.cpu.native_ops import run_steps
+    from realexec.cpu.worker import GEMM_ADDRESSES, address
 
     temps, records, scalars, patches = _workspace(graph, plan, coded)
     for row, column, var in patches:

@@ -6,31 +6,26 @@ returns only to hand an op to Python: one whose kernel is Python (kind `PYTHON`:
 below does not cover, or a GPU lane's op), or one whose predecessor failed. Python runs it,
 completes it and calls `work` again. -1 means the engine stopped.
 
-The ops run here are the elementwise ones, over their flat buffers (addresses in the op record,
-so no Python object is touched): `SCALAR` ops are `loops.scalar_flat(code, a, scalar, out)`
-(x + 1, relu, fills), `BINARY` ops `loops.binary_flat(code, a, b, out)` (x + y of one shape,
-copies), `BLOCK` ops x + b where b repeats as a bias (`ops.block_broadcast`: a dense layer's or a
-convolution's); `GEMM`, a 2-d `dot` through numpy's own BLAS called by address
-(`realexec.cpu.blas`); and `RANDOM`, the samplers (`loops.random_fill`: code 1 normal, 0
-uniform; loc or low in the scalar and, as they read no input, the seed in `a` and the scale or
-high in `b`, a float's bits: `random_fields`, drawn at the push). `native_op(name, attrs,
-shapes)` says how an op of `asyncsim.nd.ops` is encoded, or None when it is not run here (other
-broadcasting, reductions, convolutions: ops long enough that a GIL round per op costs little
-against the kernel). Dtypes: float32 (0), float64 (1).
+The ops run here are native ops (`realexec.cpu.native_ops`: elementwise ops over their flat
+buffers, bias adds, 2-d products through numpy's BLAS, samplers, and hybridized graphs of
+those), their addresses in the op record, so no Python object is touched. `native_op(name,
+attrs, shapes)` says how an op of `asyncsim.nd.ops` is encoded, or None when it is not run here
+(other broadcasting, reductions, convolutions: ops long enough that a GIL round per op costs
+little against the kernel); `random_fields` gives a sampler's seed and second bound, drawn at
+the push.
 
 Spans: the worker stamps each op's start and end (`atomics.now_ns`) and its index into the
 op record; the engine turns them into "exec" spans.
 """
-
 from __future__ import annotations
 
 import functools
 
 import numpy as np
-from numba import carray, njit, types
+from numba import njit, types
 
 from asyncsim.nd.ops import COMPILED, block_broadcast
-from realexec.cpu.blas import SIDE, addresses, packed
+from realexec.cpu.blas import addresses, packed
 from realexec.cpu.loops import (
     ADD,
     COPY,
@@ -41,19 +36,26 @@ from realexec.cpu.loops import (
     RDIV,
     RSUB,
     SUB,
-    binary_flat,
     random_fill,
     random_seed,
     sampler_bounds,
-    scalar_flat,
+)
+from realexec.cpu.native_ops import (
+    BINARY,
+    BLOCK,
+    BLOCK_SIDE,
+    DTYPES,
+    GEMM,
+    GRAPH,
+    PYTHON,
+    RANDOM,
+    SCALAR,
+    run_graph,
+    run_native,
 )
 from realexec.engine import placement, sleep
 from realexec.engine import table as t
-from realexec.engine.atomics import fetch_add, gemm, load, now_ns, pointer
-
-PYTHON, SCALAR, BINARY, GEMM, BLOCK, RANDOM = 0, 1, 2, 3, 4, 5
-BLOCK_SIDE = 1 << 26  # a bias's `block_broadcast` (inner, count), packed: each under this
-DTYPES = {np.dtype("float32"): 0, np.dtype("float64"): 1}
+from realexec.engine.atomics import fetch_add, load, now_ns
 
 _SCALAR_OPS = {"add_scalar": ADD, "sub_scalar": SUB, "rsub_scalar": RSUB, "mul_scalar": MUL,
                "div_scalar": DIV, "rdiv_scalar": RDIV}
@@ -132,80 +134,10 @@ def seed_thread() -> None:
     random_fill(_NO_DRAWS, True, 0.0, 1.0, 0)
 
 
-@njit(nogil=True, cache=True)
-def _float_of(bits):
-    """The float64 whose bits are the int64 `bits`."""
-    box = np.empty(1, np.int64)
-    box[0] = bits
-    return box.view(np.float64)[0]
-
-
 @njit(cache=True)  # the frontend's: keeps the GIL (see `table.push`)
 def address(flat):
     """The address of a 1-d array's first item (a compiled call: numpy's own costs ~1 us)."""
     return flat.ctypes.data
-
-
-@njit(nogil=True, cache=True)
-def _run_gemm(fn, code, a, b, out, sizes, dtype):
-    """out = op(a) op(b) through BLAS (`fn`), sizes packed as `blas.packed` packs them."""
-    q = np.int64(sizes)
-    n = q % SIDE
-    q //= SIDE
-    k = q % SIDE
-    m = q // SIDE
-    ta, tb = code & 1, code >> 1
-    gemm(fn, ta, tb, m, n, k, dtype(1.0), a, m if ta else k, b, k if tb else n, out, n)
-
-
-@njit(nogil=True, cache=True)
-def _run_block(code, n, a, b, out, packed_block, dtype):
-    """out = a op b over `n` items, b's `count` items each repeated `inner` times in turn."""
-    q = np.int64(packed_block)
-    inner, count = q // BLOCK_SIDE, q % BLOCK_SIDE
-    x = carray(pointer(a), n, dtype)
-    bias = carray(pointer(b), count, dtype)
-    y = carray(pointer(out), n, dtype)
-    if inner == 1:  # a row per block: the two rows, elementwise
-        for start in range(0, n, count):
-            binary_flat(code, x[start:start + count], bias, y[start:start + count])
-        return
-    for start in range(0, n, inner):
-        scalar_flat(code, x[start:start + inner], bias[(start // inner) % count],
-                    y[start:start + inner])
-
-
-@njit(nogil=True, cache=True)
-def _run_typed(kind, code, n, a, b, out, scalar, blas, dtype):
-    if kind == GEMM:
-        _run_gemm(blas, code, a, b, out, scalar, dtype)
-        return
-    if kind == BLOCK:
-        _run_block(code, n, a, b, out, scalar, dtype)
-        return
-    if kind == RANDOM:
-        random_fill(carray(pointer(out), n, dtype), code == 1, scalar, _float_of(b), a)
-        return
-    x = carray(pointer(a), n, dtype)
-    y = carray(pointer(out), n, dtype)
-    if kind == SCALAR:
-        scalar_flat(code, x, scalar, y)
-    else:
-        binary_flat(code, x, carray(pointer(b), n, dtype), y)
-
-
-# run_native's argument types, for a caller past numba's dispatcher (`table.entry`)
-RUN_TYPES = (*[types.int64] * 7, types.float64, types.int64)
-
-
-@njit(nogil=True, cache=True)
-def run_native(kind, code, dtype, n, a, b, out, scalar, blas):
-    """Run one native op over raw addresses (a fill reads `a` = `out`); a product through the
-    BLAS function at `blas`."""
-    if dtype == 0:
-        _run_typed(kind, code, n, a, b, out, scalar, blas, np.float32)
-    else:
-        _run_typed(kind, code, n, a, b, out, scalar, blas, np.float64)
 
 
 @njit(cache=True)  # keeps the GIL: sync mode's frontend calls it, no worker runs meanwhile
@@ -215,7 +147,10 @@ def run_stamped(s, slot, token, kind, code, dtype, n, a, b, out, scalar, op_id, 
     lane's first worker), so that its spans are read out of the table with the others' instead
     of made as tuples per op; it is then done and below the low-water mark."""
     start = now_ns()
-    run_native(kind, code, dtype, n, a, b, out, scalar, s[t.H_GEMM + dtype])
+    if kind == GRAPH:
+        run_graph(a, b, n, s[t.H_GEMM], s[t.H_GEMM + 1])
+    else:
+        run_native(kind, code, dtype, n, a, b, out, scalar, s[t.H_GEMM + dtype])
     end = now_ns()
     s[t.at(slot, t.F_TOKEN)] = token
     s[t.at(slot, t.F_STATE)] = t.DONE
@@ -234,20 +169,6 @@ def run_stamped(s, slot, token, kind, code, dtype, n, a, b, out, scalar, op_id, 
 
 # run_stamped's argument types: the state, nine ints (slot .. out), the scalar, three ints
 STAMPED_TYPES = (types.int64[::1], *[types.int64] * 9, types.float64, *[types.int64] * 3)
-
-
-@njit(nogil=True, cache=True)
-def run_steps(records, scalars, sgemm, dgemm):
-    """Run native ops in order (a hybridized graph's, `realexec.cpu.graph`): each record is
-    (kind, code, dtype, n, a, b, out), its scalar beside it; products through the BLAS
-    functions at `sgemm` and `dgemm` (addresses passed at run time: never compiled in)."""
-    for i in range(records.shape[0]):
-        kind, code, dtype = records[i, 0], records[i, 1], records[i, 2]
-        blas = 0
-        if kind == GEMM:
-            blas = sgemm if dtype == 0 else dgemm
-        run_native(kind, code, dtype, records[i, 3], records[i, 4], records[i, 5],
-                   records[i, 6], scalars[i], blas)
 
 
 @njit(nogil=True, cache=True)
@@ -295,10 +216,14 @@ def work(s, lane, worker):
             # (its core stays taken: a worker it wakes from Python must not queue behind it)
             return slot
         s[base + t.F_START] = now_ns()
-        dtype = s[base + t.F_DTYPE]
-        run_native(kind, s[base + t.F_CODE], dtype, s[base + t.F_N],
-                   s[base + t.F_A], s[base + t.F_B], s[base + t.F_OUT],
-                   s.view(np.float64)[base + t.F_SCALAR], s[t.H_GEMM + dtype])
+        if kind == GRAPH:
+            run_graph(s[base + t.F_A], s[base + t.F_B], s[base + t.F_N], s[t.H_GEMM],
+                      s[t.H_GEMM + 1])
+        else:
+            dtype = s[base + t.F_DTYPE]
+            run_native(kind, s[base + t.F_CODE], dtype, s[base + t.F_N],
+                       s[base + t.F_A], s[base + t.F_B], s[base + t.F_OUT],
+                       s.view(np.float64)[base + t.F_SCALAR], s[t.H_GEMM + dtype])
         s[base + t.F_END] = now_ns()
         s[base + t.F_WORKER] = worker
         t.complete(s, slot, 0)

@@ -3,9 +3,9 @@
 - `native` (the default): the frontend orders ops with `asyncsim.nd.deps` and records them
   (`pushes`) in a compiled op table (`table`, over the CPU and OS primitives of `atomics`);
   worker threads live in a compiled loop (`realexec.cpu.worker`) that runs elementwise kernels,
-  bias adds and products and completes ops without the GIL, and hands every other op back to
-  Python; a worker that the OS left on a busy worker's core moves itself to a free one
-  (`placement`);
+  bias adds, products and hybridized graphs of them (`realexec.cpu.native_ops`) and completes
+  ops without the GIL, and hands every other op back to Python; a worker that the OS left on
+  a busy worker's core moves itself to a free one (`placement`);
 - `core` (`engine="python"`): Python worker threads, per-variable read/write queues (`deps`) and
   a GIL-free wait for blockers (`spin`).
 
@@ -18,7 +18,8 @@ into the preallocated C-contiguous `out` (inputs: numpy arrays; attrs: the op's 
 loops `@njit(nogil=True, cache=True)`. An op the compiled worker runs itself is also encoded by
 `realexec.cpu.worker.native_op` as (kind, op code, scalar) over flat buffers (a product's
 sizes and a bias's repetition packed into the scalar), and listed in `asyncsim.nd.ops.COMPILED`
-(the model's native workers price it without the GIL)."""
+(the model's native workers price it without the GIL); a hybridized graph of such ops is one op
+of kind GRAPH (`realexec.cpu.graph.program`, `asyncsim.nd.jit.Graph.compiled`)."""
 
 from realexec.engine.core import FRONTEND, Engine, default_workers
 from realexec.engine.deps import OpError
