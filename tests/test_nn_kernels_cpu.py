@@ -417,15 +417,15 @@ def test_graph_rejects_in_place_ops():
 
 def test_a_graph_of_native_ops_runs_in_one_compiled_call(monkeypatch):
     """relu(x @ w + b), every op one the compiled worker runs itself: the graph runs as one
-    compiled call (`worker.run_steps`), twice over the same temporaries, with numpy's result;
-    a member kernel replaced since makes it run step by step instead."""
-    from realexec.cpu import worker
+    compiled call (`native_ops.run_steps`), twice over the same temporaries, with numpy's
+    result; a member kernel replaced since makes it run step by step instead."""
+    from realexec.cpu import native_ops, worker
 
     if worker.GEMM_ADDRESSES is None:
         pytest.skip("numpy's BLAS is not the ILP64 OpenBLAS the worker calls")
     calls = []
-    real = worker.run_steps
-    monkeypatch.setattr(worker, "run_steps", lambda *a: (calls.append(1), real(*a)))
+    real = native_ops.run_steps
+    monkeypatch.setattr(native_ops, "run_steps", lambda *a: (calls.append(1), real(*a)))
     rng = np.random.default_rng(1)
     x, w, b = rng.standard_normal((4, 3)), rng.standard_normal((3, 5)), rng.standard_normal(5)
     graph = fake_graph(

@@ -188,7 +188,7 @@ def _workspace(graph, plan, coded) -> tuple:
 
 
 def _run_native(graph, plan, coded, buffers) -> None:
-    """Every step in one compiled call (`worker.run_steps`), no GIL held meanwhile, over this
+    """Every step in one compiled call (`native_ops.run_steps`), no GIL held meanwhile, over this
     thread's temporaries for the graph (reused from call to call)."""
     from realexec.cpu.native_ops import run_steps
     from realexec.cpu.worker import GEMM_ADDRESSES, address
