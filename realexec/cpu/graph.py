@@ -146,16 +146,25 @@ def _program(graph, plan: list[Step], coded: list) -> Program:
             where[step.out] = scratch
             scratch += -(-int(np.prod(step.new[0], dtype=np.int64)) * step.new[1].itemsize
                          // 64) * 64
-    records = np.zeros((len(plan), 7), np.int64)
-    scalars = np.zeros(len(plan), np.float64)
-    for i, (step, (kind, code, dtype, scalar)) in enumerate(zip(plan, coded, strict=True)):
-        reads = step.reads[:2] if step.reads else (step.out,)
-        n = int(np.prod(graph.vars[step.out].shape, dtype=np.int64))
-        records[i] = (kind, code, dtype, n, where[reads[0]], where[reads[-1]], where[step.out])
-        scalars[i] = scalar
+    records, scalars = _records(graph, plan, coded, lambda var, row, column: where[var])
     head = np.array([len(plan), records.ctypes.data, scalars.ctypes.data, scratch], np.int64)
     return Program(head, records, scalars, head.ctypes.data,
                    tuple(dict.fromkeys(step.name for step in plan)))
+
+
+def _records(graph, plan: list[Step], coded: list, field) -> tuple[np.ndarray, np.ndarray]:
+    """Each step's record (kind, code, dtype, n, a, b, out) and its scalar, with a, b and out
+    as `field(var, row, column)` gives them (a fill reads its own output)."""
+    records = np.zeros((len(plan), 7), np.int64)
+    scalars = np.zeros(len(plan), np.float64)
+    for i, (step, (kind, code, dtype, scalar)) in enumerate(zip(plan, coded, strict=True)):
+        records[i, :4] = (kind, code, dtype,
+                          int(np.prod(graph.vars[step.out].shape, dtype=np.int64)))
+        scalars[i] = scalar
+        reads = step.reads[:2] if step.reads else (step.out,)
+        for column, var in ((4, reads[0]), (5, reads[-1]), (6, step.out)):
+            records[i, column] = field(var, i, column)
+    return records, scalars
 
 
 def _workspace(graph, plan, coded) -> tuple:
@@ -169,20 +178,15 @@ def _workspace(graph, plan, coded) -> tuple:
     if entry is not None and entry[0] is graph:
         return entry[1:]
     temps = {step.out: np.empty(*step.new) for step in plan if step.new is not None}
-    records = np.zeros((len(plan), 7), np.int64)
-    scalars = np.empty(len(plan), np.float64)
     patches = []
-    for i, (step, (kind, code, dtype, scalar)) in enumerate(zip(plan, coded, strict=True)):
-        record = graph.vars[step.out]
-        records[i, :4] = (kind, code, dtype, int(np.prod(record.shape, dtype=np.int64)))
-        scalars[i] = scalar
-        reads = step.reads[:2] if step.reads else (step.out,)
-        fields = ((4, reads[0]), (5, reads[-1]), (6, step.out))
-        for column, var in fields:
-            if var in temps:
-                records[i, column] = address(temps[var].reshape(-1))
-            else:
-                patches.append((i, column, var))
+
+    def field(var, row, column):
+        if var in temps:
+            return address(temps[var].reshape(-1))
+        patches.append((row, column, var))  # filled in per call
+        return 0
+
+    records, scalars = _records(graph, plan, coded, field)
     spaces[id(graph)] = (graph, temps, records, scalars, patches)
     return temps, records, scalars, patches
 
