@@ -6,9 +6,11 @@ twin, so every workload runs unchanged): `issue` reserves the output buffer from
 the engine, reading the input vars and writing the output var (on the compiled engine,
 `issue_same` does the same for the frontend's fast path without its records: the common case of
 `y = x + 1`, written out); `free` pushes the buffer's release behind every op that still touches
-it (`Engine.delete_var`); `sync` is a blocker; `mark` times an `nd.benchmark` region. Ops that
-touch a GPU go to its lanes (`realexec.gpu.backend`, mixed in). `realexec.session` opens one over
-a fresh engine of `ENGINES`; `machine` names this machine for a trace's meta.
+it (`Engine.delete_var`; on the compiled engine small results go in runs, and the done ones
+of a run are kept for the next outputs of their shape and dtype, the pool untouched:
+`_give_back_drops`, `_take_cpu`); `sync` is a blocker; `mark` times an `nd.benchmark` region.
+Ops that touch a GPU go to its lanes (`realexec.gpu.backend`, mixed in). `realexec.session`
+opens one over a fresh engine of `ENGINES`; `machine` names this machine for a trace's meta.
 
 Recorded in the Trace (seconds from the engine's start, `time.perf_counter_ns`):
 - "issue" spans on "frontend": from entering `issue` (the shared frontend has already checked
@@ -90,6 +92,9 @@ class EngineBackend(GpuBackend):
         self._release_many_cpu = self.pools["cpu"].release_many
         # small results dropped, for the next run handed to the engine (`_give_back_drops`)
         self._drops: deque | None = deque() if self._native else None
+        # the done results of the last run of drops, by shape: the next outputs of their shape
+        # and dtype take them, the pool untouched (`_take_cpu`)
+        self._stash: dict = {}
         self._on_device: dict[int, str] = {}  # op id -> cpu(i), i > 0, that it ran for
         self._init_gpu()
         self.marks = trace_log(trace)  # (label, start_ns, end_ns)
@@ -125,7 +130,9 @@ class EngineBackend(GpuBackend):
         if out_var is not None:
             device = out_var.device
             try:
-                out = Var(device, self.pools[device].acquire(out_var.shape, out_var.dtype))
+                data = (self._take_cpu(out_var.shape, out_var.dtype) if device == "cpu"
+                        else self.pools[device].acquire(out_var.shape, out_var.dtype))
+                out = Var(device, data)
             except MemoryError as exc:
                 raise MemoryError(f"{op.name}: cannot allocate an array of shape "
                                   f"{out_var.shape} ({out_var.dtype}): {exc}") from None
@@ -227,7 +234,7 @@ class EngineBackend(GpuBackend):
         x = vars_[reads[0]]
         y = None if len(reads) == 1 else vars_[reads[1]]
         try:
-            data = self._acquire_cpu(shape, dtype)
+            data = self._take_cpu(shape, dtype)
         except MemoryError as exc:
             raise MemoryError(f"{name}: cannot allocate an array of shape {shape} ({dtype}): "
                               f"{exc}") from None
@@ -254,7 +261,7 @@ class EngineBackend(GpuBackend):
 
     def sync(self, kind: str, var: int | None):
         start = perf_counter_ns()
-        if self._drops:
+        if self._drops or self._stash:
             self._give_back_drops()
         try:
             if var is None:
@@ -289,40 +296,83 @@ class EngineBackend(GpuBackend):
             if drops is not None and ev.data.nbytes <= DROP_BYTES:
                 drops.append(ev)
                 if len(drops) >= DROP_BATCH:
-                    self._give_back_drops()
+                    self._give_back_drops(keep=True)
             else:
                 self.engine.delete_var(ev, self._release_cpu, (ev.data,))
         else:  # cpu(i)'s buffer goes back to its own pool
             self.engine.delete_var(ev, self.pools[ev.name].release, (ev.data,))
 
-    def _give_back_drops(self) -> None:
+    def _give_back_drops(self, keep: bool = False) -> None:
         """Hand the small results dropped so far to the engine's deletion at once
         (`NativeEngine.delete_vars`): one call, one lock and one memory sample for the run of
-        them, where each alone cost a drop ~1.5 us (2-core AMD EPYC VM). Their memory comes
-        back at most `DROP_BATCH` drops late (the DESIGN rule holds: never before their ops are
-        done). A drop on another thread (a collection) may append meanwhile, or hand a run over
-        itself: each drop is taken out of the deque by one `popleft`, so none is lost and none
-        is handed over twice (a copy and a cut in two steps let two threads take one drop)."""
+        them, where each alone cost a drop ~1.5 us (2-core AMD EPYC VM). With `keep` (a full
+        run, from `free`), those whose ops are done are kept for the next outputs of their shape
+        and dtype (`_take_cpu`), still counted live; the run kept before goes back to the pool.
+        Without (a blocker, a mark, the trace, close), everything goes back. So their memory
+        comes back at most two runs late, and never before their ops are done (the DESIGN
+        rule). A drop on another thread (a collection) may append meanwhile, or hand a run over
+        itself: each drop is taken out of the deque by one `popleft`, and each kept result out
+        of its list by one `pop`, so none is lost and none is handed over twice (a copy and a
+        cut in two steps let two threads take one drop)."""
         drops, batch = self._drops, []
-        take = drops.popleft
         try:
+            take = drops.popleft  # (None once closed: only the kept ones are left)
             for _ in range(len(drops)):
                 batch.append(take())
-        except IndexError:  # another thread took the rest
+        except (IndexError, AttributeError):  # another thread took the rest
             pass
-        if batch:
-            self.engine.delete_vars(batch, self._release_many_cpu, self._release_cpu)
+        kept = []
+        if self._stash:
+            for spare in list(self._stash.values()):  # one C call: no size change under it
+                try:
+                    while spare:
+                        kept.append(spare.pop())
+                except IndexError:  # another thread took the rest
+                    pass
+        if keep:
+            if kept:
+                self._release_many_cpu(kept)
+            if batch:
+                self.engine.delete_vars(batch, self._stash_cpu, self._release_cpu)
+            return
+        if batch:  # the done ones join the kept ones: one release, one sample
+            self.engine.delete_vars(batch, kept.extend, self._release_cpu)
+        if kept:
+            self._release_many_cpu(kept)
+
+    def _stash_cpu(self, arrays) -> None:
+        """Keep the done results of a run of drops for the next outputs of their shape."""
+        stash = self._stash
+        for array in arrays:
+            spare = stash.get(array.shape)
+            if spare is None:  # setdefault: another thread may make the list meanwhile
+                spare = stash.setdefault(array.shape, [])
+            spare.append(array)
+
+    def _take_cpu(self, shape: tuple, dtype: str):
+        """A fresh output's array on cpu(0): the result dropped last of its shape, if it is
+        of `dtype` too, or else one from the pool (`Pool.acquire`)."""
+        spare = self._stash.get(shape)
+        if spare:
+            try:
+                array = spare.pop()
+            except IndexError:  # another thread took the stash meanwhile
+                return self._acquire_cpu(shape, dtype)
+            if array.dtype == dtype:
+                return array
+            spare.append(array)
+        return self._acquire_cpu(shape, dtype)
 
     def drain(self) -> None:
         """Wait, without a span, until every op pushed so far has run (on every device)."""
-        if self._drops:
+        if self._drops or self._stash:
             self._give_back_drops()
         self.engine.wait_all()
         if self.gpus:
             self._settle()
 
     def mark(self, label: str, begin: bool) -> None:
-        if self._drops:  # the region's memory as its own drops left it
+        if self._drops or self._stash:  # the region's memory as its own drops left it
             self._give_back_drops()
         if begin:
             self._sample_rss(perf_counter_ns(), force=True)  # before the region's clock starts
@@ -345,7 +395,7 @@ class EngineBackend(GpuBackend):
 
     def trace(self, meta: dict | None = None) -> Trace:
         """Everything recorded so far as a Trace (times in seconds from the engine's start)."""
-        if self._drops:
+        if self._drops or self._stash:
             self._give_back_drops()
         t0 = self.engine.origin_ns
 
@@ -375,7 +425,7 @@ class EngineBackend(GpuBackend):
         """Close the engine (`Engine.close`: drain, or with `cancel` drop what has not
         started), then the GPUs (a cancelled engine's streams are not waited for)."""
         try:
-            if self._drops:
+            if self._drops or self._stash:
                 self._give_back_drops()
             self._drops = None  # a result dropped after the run goes back at once
             self.engine.close(cancel)

@@ -69,18 +69,46 @@ def _results(nd, x, n):
 
 
 def test_small_drops_come_back_together_at_the_batchs_size():
-    """Dropping done results one by one: none comes back until the `DROP_BATCH`th, then all."""
+    """Dropping done results one by one: none comes back until the `DROP_BATCH`th; that run
+    is then kept for the next outputs of its shape and dtype (the pool hands out nothing and
+    its live bytes do not move), and the next blocker gives back what none took."""
     with realexec.session(workers=1) as nd:
-        pool = nd._backend.pools["cpu"]
+        backend = nd._backend
+        pool = backend.pools["cpu"]
         x = nd.ones((4,))
         kept = _results(nd, x, DROP_BATCH)
-        held = pool.live_bytes
+        held, handed = pool.live_bytes, pool.hits + pool.misses
         for k in range(DROP_BATCH - 1):
             kept.pop()
             assert pool.live_bytes == held, k
         kept.pop()
-        assert pool.live_bytes == held - DROP_BATCH * 16
-        assert pool.live_bytes == x.nbytes
+        assert len(backend._stash[(4,)]) == DROP_BATCH
+        assert pool.live_bytes == held
+        other = nd.ones((4,), dtype="float64")  # its dtype differs: from the pool
+        assert pool.hits + pool.misses == handed + 1
+        again = [x + 1 for _ in range(DROP_BATCH - 1)]  # these take the kept buffers
+        assert pool.hits + pool.misses == handed + 1
+        assert pool.live_bytes == held + other.nbytes
+        np.testing.assert_array_equal(again[-1].asnumpy(), np.full(4, 2, np.float32))
+        assert pool.live_bytes == held + other.nbytes - 16  # the blocker gave the last back
+        assert not any(backend._stash.values())
+
+
+def test_a_kept_run_goes_back_when_the_next_run_is_handed_over():
+    """Results kept from one run that no output took go back to the pool when the next run is
+    handed over: at most two runs' bytes are held for drops."""
+    with realexec.session(workers=1) as nd:
+        pool = nd._backend.pools["cpu"]
+        x, w = nd.ones((4,)), nd.ones((8,))
+        first = _results(nd, x, DROP_BATCH)
+        second = _results(nd, w, DROP_BATCH)  # (8,): cannot take (4,)'s buffers
+        base = x.nbytes + w.nbytes
+        del first
+        assert pool.live_bytes == base + DROP_BATCH * (16 + 32)
+        del second  # the (4,) run goes back, the (8,) run is kept
+        assert pool.live_bytes == base + DROP_BATCH * 32
+        nd.waitall()
+        assert pool.live_bytes == base
 
 
 def test_a_blocker_a_mark_and_a_trace_give_the_drops_back():
@@ -165,11 +193,18 @@ def test_a_drop_made_during_the_hand_over_is_not_lost():
 
 
 def _drop_forty(nd):
-    """Forty small results made, then dropped at once: 32 go back together, 8 at the end."""
+    """Forty small results made, then dropped at once: a run of 32 is kept, and twenty results
+    of its shape and dtype take twenty of them; three of another dtype come from the pool. The
+    next blocker gives back the twelve kept and the eight dropped since, the one after it the
+    twenty."""
     x = nd.ones((4,))
     kept = [x + 1 for _ in range(40)]
     nd.waitall()
     del kept
+    more = [x * 2 for _ in range(20)]
+    wide = [nd.ones((4,), dtype="float64") for _ in range(3)]  # noqa: F841 -- held to the end
+    nd.waitall()
+    del more
     nd.waitall()
     return x
 
@@ -188,7 +223,8 @@ def _settled(trace) -> list[int]:
 
 def test_the_model_deletes_small_drops_in_runs_as_the_engine_does():
     """The model's `drop_batch` follows the engine: the same memory curve, step for step, for
-    the same program; without it each drop gives its bytes back alone."""
+    the same program (the kept run's buffers taken by later results, step for step); without
+    it each drop gives its bytes back alone, and takes nothing."""
     import dataclasses
 
     from asyncsim import Profile, predict
@@ -196,10 +232,11 @@ def test_the_model_deletes_small_drops_in_runs_as_the_engine_does():
     measured = realexec.run(_drop_forty, workers=1)
     ideal = dataclasses.replace(Profile.ideal(t1=1e-6, t2=1e-6, t3=1e-6), free=1e-6)
     batched = predict(_drop_forty, dataclasses.replace(ideal, native=1, drop_batch=DROP_BATCH))
-    steps = [16 * k for k in range(1, 42)] + [16 * 9, 16, 0]
+    made = [16 * k for k in range(1, 42)]
+    steps = made + [656 + 32, 656 + 64, 656 + 96, 752 - 20 * 16, 112, 0]
     assert _settled(measured) == _settled(batched) == steps
     alone = _settled(predict(_drop_forty, ideal))
-    assert alone == [16 * k for k in range(1, 42)] + [16 * k for k in range(40, -1, -1)]
+    assert alone[:50] == made + [640 - 16 * k for k in range(9)]  # each drop's bytes at once
 
 
 def test_the_model_deletes_a_copy_from_a_gpu_alone():

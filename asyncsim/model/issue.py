@@ -21,7 +21,10 @@ The frontend walks `program.instrs`, one SimPy generator:
 - `Free` drops a handle (costing `profile.free`, or `free_pending` for a small result whose ops
   are running and `free_large` for one too large for a run: an "issue" span, where the profile
   has a price); a small result's deletion waits for `profile.drop_batch` drops in all, or the
-  next blocker or mark (`DROP_BYTES`); with
+  next blocker or mark (`DROP_BYTES`). A full run's results whose ops are done are kept, their
+  bytes still live, for the next fresh cpu outputs of their shape and dtype, which take them
+  without a sample; the next run's hand-over, blocker or mark gives back what none took (as
+  realexec's frontend does: `EngineBackend._take_cpu`). With
   a compiled engine (`profile.native`), when an op that was the last to touch a dropped var has
   finished since the last push, the next push pays `profile.reclaim` at its end (realexec's
   looks at its pending deletions as it pushes, after the frontend's Python, and gives the
@@ -102,8 +105,9 @@ class FrontendProcess:
                     yield from self._take_gil()
                 start = env.now
                 if ins.fresh:
-                    self._reserve(ins.out)
-                    if self.drops is not None and ins.attrs.get("src", "cpu")[0] == "g":
+                    from_gpu = ins.attrs.get("src", "cpu")[0] == "g"
+                    self._reserve(ins.out, stashed=not from_gpu)
+                    if self.drops is not None and from_gpu:
                         self.pinned.add(ins.out)  # a copy from a GPU: deleted alone, as realexec
                 yield timeout(issue_cost)
                 # buffers whose ops finished after their drop, since the last push: the engine
@@ -133,7 +137,7 @@ class FrontendProcess:
                 if gil is not None:
                     gil.release(FRONTEND)
                 start = env.now
-                if self.drops:
+                if self.drops or self.stash:
                     self._delete_drops()
                 event = self._wait_for(ins.var)
                 asleep = False  # the wait outlasted the spin: a futex wakes the frontend
@@ -169,11 +173,11 @@ class FrontendProcess:
                 if small:
                     drops.append(ins.var)
                     if len(drops) >= profile.drop_batch:
-                        self._delete_drops()
+                        self._delete_drops(keep=True)
                 else:
                     self._delete(ins.var)
             elif kind is Mark:
-                if self.drops:
+                if self.drops or self.stash:
                     self._delete_drops()
                 # where the memory samples stood at this mark: the RSS model reads a region's
                 # ends there, not among samples that share the mark's instant
@@ -188,7 +192,7 @@ class FrontendProcess:
                     if gil is not None:
                         yield from self._take_gil()
                     yield timeout(cost.latency)
-        if self.drops:  # realexec's trace and close hand the last ones over
+        if self.drops or self.stash:  # realexec's trace and close hand the last ones over
             self._delete_drops()
         if gil is not None:
             gil.release(FRONTEND)
@@ -226,9 +230,17 @@ class FrontendProcess:
         else:
             self._release(var)
 
-    def _delete_drops(self) -> None:
+    def _delete_drops(self, keep: bool = False) -> None:
+        """Hand the run of drops over: the results the last run kept go back; of this run's,
+        those whose ops are done are kept for later outputs (`keep`, a full run) or go back
+        too (a blocker, a mark, the end), the others once their ops finish."""
+        if self.stash:
+            self._unstash()
         for var in self.drops:
-            self._delete(var)
+            if keep and var not in self.touching:
+                self._stash_var(var)
+            else:
+                self._delete(var)
         self.drops.clear()
 
     def _wait_for_table(self, position: int):

@@ -63,7 +63,8 @@ data a loop has let fall out of the caches (`asyncsim.model.caches`).
 
 `reclaim` (0: off; with `native`): what a push adds when it gives back buffers whose ops finished
 after their last handle was dropped (the compiled engine gives them back there, not at the drop).
-`drop_batch` (0: off): small dropped results deleted together, that many at a time.
+`drop_batch` (0: off): small dropped results deleted together, that many at a time (the done ones
+of a full run kept for the next outputs of their shape: `asyncsim.model.issue`).
 
 `after_gemm` (0: off): the factor by which a streaming CPU op's bytes time stretches when it runs
 on a worker within `asyncsim.model.places.AFTER_GEMM_S` of a product or convolution there (costs

@@ -131,6 +131,10 @@ class _Model(FrontendProcess):
         # small dropped vars whose deletion waits for a run of them (`profile.drop_batch`)
         self.drops: list | None = [] if profile.native and profile.drop_batch else None
         self.pinned: set = set()  # (with drops) cpu vars that copies from a GPU wrote
+        # (with drops) the done ones of the last run, by shape: [(dtype, bytes)], still live
+        # until a fresh cpu output of their shape and dtype takes one, or a hand-over or
+        # blocker gives them back (realexec's frontend keeps them so: `_take_cpu`)
+        self.stash: dict = {}
         self.reserved: dict = {}  # var -> (device, bytes) while its bytes are live
         # the host's last-level cache (`profile.dram` > 0): which bytes an op finds cold, from
         # the pool a run `before` this one left
@@ -240,11 +244,38 @@ class _Model(FrontendProcess):
             self.table_wait = None
 
     # -- memory ---------------------------------------------------------------------------------
-    def _reserve(self, var: int) -> None:
+    def _reserve(self, var: int, stashed: bool = True) -> None:
+        """`var`'s bytes become live, or (`stashed`, on cpu(0)) it takes a dropped result's
+        buffer kept for it, whose bytes never stopped being live: the last kept of its shape,
+        if that one has its dtype too."""
         info = self.program.vars[var]
         self.reserved[var] = (info.device, info.nbytes)
+        if stashed and self.stash and info.device == "cpu":
+            spare = self.stash.get(info.shape)
+            if spare and spare[-1][0] == info.dtype:
+                spare.pop()
+                return
         self.live[info.device] += info.nbytes
         self.memory.append((self.env.now, info.device, self.live[info.device]))
+
+    def _stash_var(self, var: int) -> None:
+        """A dropped small result whose ops are done is kept for a later output (`stash`): its
+        var is gone, its bytes stay live."""
+        device, nbytes = self.reserved.pop(var, (None, 0))
+        self.tracker.forget(var)
+        if self.caches is not None:
+            self.caches.give_back(var)
+        if device is not None:
+            info = self.program.vars[var]
+            self.stash.setdefault(info.shape, []).append((info.dtype, nbytes))
+
+    def _unstash(self) -> None:
+        """The kept results no output took go back, at one instant."""
+        given = sum(nbytes for spare in self.stash.values() for _, nbytes in spare)
+        self.stash.clear()
+        if given:
+            self.live["cpu"] -= given
+            self.memory.append((self.env.now, "cpu", self.live["cpu"]))
 
     def _release(self, var: int) -> None:
         device, nbytes = self.reserved.pop(var, (None, 0))
