@@ -84,7 +84,7 @@ class EngineBackend(GpuBackend):
         # GPUs add theirs ("gpu0": a GpuPool) when first named
         self._trace = trace
         self.pools = {"cpu": Pool("cpu", samples=trace)}
-        self.kernels = cpu.KERNELS
+        self.kernels = cpu.KERNELS  # (the setter below)
         self.vars: dict = {}  # frontend var id -> engine Var (its name is its device)
         self._release_cpu = self.pools["cpu"].release  # bound once: a free per op passes it
         self._acquire_cpu = self.pools["cpu"].acquire
@@ -152,7 +152,7 @@ class EngineBackend(GpuBackend):
             # a replaced kernel (a test's gate, a teacher's tracer) runs as given, in Python,
             # and so does an op whose input a GPU copy fills (it waits for the copy in Python)
             if name in COMPILED:
-                if self.kernels[name] is _KERNELS[name]:
+                if self._kernels[name] is _KERNELS[name]:
                     coded = native_op(name, op.attrs, [v.data.shape for v in reads])
             elif name == "graph":
                 native = self._graph_program(op.attrs["graph"])
@@ -183,7 +183,7 @@ class EngineBackend(GpuBackend):
                 inputs = (reads[0].data,)
             else:
                 inputs = tuple([v.data for v in reads])
-            fn, args = self.kernels[name], (inputs, out.data, op.attrs)
+            fn, args = self._kernels[name], (inputs, out.data, op.attrs)
             if gpus:
                 copied = tuple([v for v in reads if type(v) is StreamVar])
                 if copied:  # buffers a copy from a GPU fills: wait for those copies first
@@ -199,11 +199,26 @@ class EngineBackend(GpuBackend):
         """The compiled worker's program of a hybridized graph (`realexec.cpu.graph.program`),
         or None: not a native graph, or a kernel it uses replaced (it then runs as given)."""
         native = program(graph)
-        kernels = self.kernels
+        kernels = self._kernels
         if native is None or kernels["graph"] is not _KERNELS["graph"] or any(
                 kernels[n] is not _KERNELS[n] for n in native.names):
             return None
         return native
+
+    @property
+    def kernels(self) -> dict:
+        """The CPU kernels by op name (`realexec.cpu.kernels.KERNELS`). A test's gate or a
+        teacher's tracer replaces it by assignment, with a new dict: an op whose kernel is not
+        the shipped one then runs it as given, in Python, on the compiled engine too."""
+        return self._kernels
+
+    @kernels.setter
+    def kernels(self, table: dict) -> None:
+        self._kernels = table
+        # the compiled worker's elementwise ops over one input whose kernel is the shipped one:
+        # `_issue_same` looks the commonest op up here, not through `native_op`
+        self._unary = {name: code for name, code in UNARY.items()
+                       if table.get(name) is _KERNELS.get(name)}
 
     @property
     def issue_same(self):
@@ -218,15 +233,19 @@ class EngineBackend(GpuBackend):
         the records and the general path's tests cost 0.7 us of a 7 us op (2-core Xeon VM). An
         elementwise op over one input (`y = x + 1`, relu: `UNARY`) goes to the engine's
         `push_unary`, written out for it."""
-        coded = None
-        if device == "cpu" and not self.gpus and self.kernels.get(name) is _KERNELS.get(name):
-            code = UNARY.get(name) if len(reads) == 1 else None
-            coded = ((SCALAR, code, attrs.get("scalar", 0.0)) if code is not None
-                     else native_op(name, attrs, (shape,) * len(reads)))
-        if coded is None:
-            self.issue(*same_records(op_id, name, reads, var, shape, dtype, device, attrs,
-                                     nbytes), None)
-            return
+        on_cpu = device == "cpu" and not self.gpus
+        code = self._unary.get(name) if on_cpu and len(reads) == 1 else None
+        if code is not None:
+            kind, scalar = SCALAR, attrs.get("scalar", 0.0)
+        else:
+            coded = None
+            if on_cpu and self._kernels.get(name) is _KERNELS.get(name):
+                coded = native_op(name, attrs, (shape,) * len(reads))
+            if coded is None:
+                self.issue(*same_records(op_id, name, reads, var, shape, dtype, device, attrs,
+                                         nbytes), None)
+                return
+            kind, code, scalar = coded
         engine, vars_ = self.engine, self.vars
         if engine.max_inflight is not None:
             engine.throttle(name, op_id)  # before reserving: the cap bounds memory too
@@ -242,7 +261,6 @@ class EngineBackend(GpuBackend):
         out.ptr = ADDRESSES.get(id(data.base), 0)
         vars_[var] = out
         a = x.ptr or _address_of(x)
-        kind, code, scalar = coded
         try:
             if y is None and kind == SCALAR:
                 engine.push_unary(code, DTYPES[data.dtype], data.size, a,
