@@ -12,8 +12,12 @@ from second to second). What each variant replaces:
 
 - "one drop at a time": not a stand-in but the engine before its dropped results went back in
   runs (`asyncsim.model.issue.DROP_BATCH`): each drop deleted and given back alone;
+- "not kept": not a stand-in either, the engine before a run's done results were kept for the
+  next outputs of their shape (`EngineBackend._take_cpu`): each output from the pool, each run
+  back to it;
 - "pool accounting": the CPU pool's acquire and release by a list of free arrays per shape (no
-  lock, no live bytes, no samples), its buffers' addresses registered as the pool's are;
+  lock, no live bytes, no samples), its buffers' addresses registered as the pool's are (with
+  the kept runs, this loop's outputs rarely reach the pool);
 - "dependency analysis": the engine's `Deps` by one that finds no predecessor and no user (right
   for this loop's ops, whose input was written long before; its deletions give buffers back at
   once, which is wrong in general and harmless here);
@@ -148,6 +152,7 @@ class Lean:
 
 
 VARIANTS = {"as shipped": "as shipped", "one drop at a time": "drops handed over one at a time",
+            "not kept": "dropped results not kept",
             "pool accounting": "without pool accounting",
             "dependency analysis": "without dependency analysis",
             "both": "without both", "both + small var": "without both, a small var",
@@ -163,6 +168,8 @@ def per_op(variant: str, n: int, mode: str = "async") -> float:
             backend = nd._backend
             if variant == "one drop at a time":
                 backend._drops = None  # each drop deleted alone, as before runs of them
+            if variant == "not kept":
+                backend._stash_cpu = backend._release_many_cpu  # a run back to the pool
             if variant in ("pool accounting", "both", "both + small var"):
                 backend._acquire_cpu, backend._release_cpu = lists.acquire, lists.release
                 backend._release_many_cpu = lists.release_many
