@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_realexec_memory import gated  # a kernel that waits for an event
 
@@ -327,3 +327,56 @@ def test_the_model_prices_each_drop_by_the_path_the_engine_takes():
     # the three named drops, then the inputs (small, large) at the program's end
     assert drops(batched) == [2.0, 5.0, 7.0, 2.0, 7.0]
     assert drops(ideal) == [2.0] * 5
+
+
+_SOURCES = [((4,), "float32"), ((4,), "float64"), ((2, 2), "float32")]
+_COUNTS = st.sampled_from([1, 5, DROP_BATCH - 1, DROP_BATCH, DROP_BATCH + 8, 3 * DROP_BATCH])
+_ACTIONS = st.lists(st.one_of(
+    st.tuples(st.just("make"), st.integers(0, len(_SOURCES) - 1), _COUNTS),
+    st.tuples(st.just("drop"), _COUNTS),
+    st.tuples(st.just("wait"))), min_size=1, max_size=8)
+
+
+def _program_of(actions):
+    """A program that makes small results (each run of them waited for, so every drop finds its
+    ops done, in the engine as in the model), drops the newest ones and waits, in `actions`'
+    order."""
+    def program(nd):
+        sources = [nd.ones(shape, dtype=dtype) for shape, dtype in _SOURCES]
+        nd.waitall()
+        held = []
+        for action in actions:
+            if action[0] == "make":
+                held.extend(sources[action[1]] + 1 for _ in range(action[2]))
+                nd.waitall()
+            elif action[0] == "drop":
+                del held[max(0, len(held) - action[1]):]
+            else:
+                nd.waitall()
+        nd.waitall()
+    return program
+
+
+@settings(max_examples=25, deadline=None)
+@given(actions=_ACTIONS)
+@example(actions=[("make", 0, DROP_BATCH), ("drop", DROP_BATCH), ("make", 1, 5),
+                  ("make", 0, 5)])  # a kept run of float32, then float64 results of its shape
+def test_the_model_keeps_and_takes_back_the_runs_as_the_engine_does(actions):
+    """For any order of made, dropped and waited-for small results of a few shapes and dtypes,
+    the model's memory curve is the engine's, step for step: the same runs kept, the same
+    results taking their buffers (by shape and dtype), the same given back at each blocker."""
+    import dataclasses
+
+    from asyncsim import Profile, predict
+
+    program = _program_of(actions)
+    ideal = dataclasses.replace(Profile.ideal(t1=1e-6, t2=1e-6, t3=1e-6), free=1e-6,
+                                native=1, drop_batch=DROP_BATCH)
+    assert _steps(realexec.run(program, workers=1)) == _steps(predict(program, ideal))
+
+
+def _steps(trace) -> list[int]:
+    """Live bytes on cpu after each memory sample that changed them, in order (each sample,
+    not each instant: the model gives a run's bytes back in one sample, as the engine does)."""
+    values = [nbytes for _, device, nbytes in trace.memory if device == "cpu"]
+    return [v for i, v in enumerate(values) if v and (i == 0 or v != values[i - 1])]

@@ -234,13 +234,18 @@ class FrontendProcess:
         """Hand the run of drops over: the results the last run kept go back; of this run's,
         those whose ops are done are kept for later outputs (`keep`, a full run) or go back
         too (a blocker, a mark, the end), the others once their ops finish."""
-        if self.stash:
-            self._unstash()
+        given = self._unstash() if self.stash else 0
+        if keep:  # the kept ones back at once (a sample), this run's done ones kept
+            self._give_back("cpu", given)
+            given = 0
         for var in self.drops:
-            if keep and var not in self.touching:
+            if var in self.touching:
+                self.freed.add(var)  # back when its last op is done
+            elif keep:
                 self._stash_var(var)
-            else:
-                self._delete(var)
+            else:  # back with the kept ones: one sample for the run (`Pool.release_many`)
+                given += self._release(var, count=False)
+        self._give_back("cpu", given)
         self.drops.clear()
 
     def _wait_for_table(self, position: int):

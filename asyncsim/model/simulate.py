@@ -269,22 +269,30 @@ class _Model(FrontendProcess):
             info = self.program.vars[var]
             self.stash.setdefault(info.shape, []).append((info.dtype, nbytes))
 
-    def _unstash(self) -> None:
-        """The kept results no output took go back, at one instant."""
+    def _unstash(self) -> int:
+        """The kept results no output took go back: their bytes (not yet counted)."""
         given = sum(nbytes for spare in self.stash.values() for _, nbytes in spare)
         self.stash.clear()
-        if given:
-            self.live["cpu"] -= given
-            self.memory.append((self.env.now, "cpu", self.live["cpu"]))
+        return given
 
-    def _release(self, var: int) -> None:
+    def _give_back(self, device: str, nbytes: int) -> None:
+        """`nbytes` of `device` are no longer live: one memory sample."""
+        if nbytes:
+            self.live[device] -= nbytes
+            self.memory.append((self.env.now, device, self.live[device]))
+
+    def _release(self, var: int, count: bool = True) -> int:
+        """`var`'s buffer goes back; its bytes counted now, or (`count=False`) returned for the
+        caller to count with others (one sample for a run, as realexec's `release_many`)."""
         device, nbytes = self.reserved.pop(var, (None, 0))
         self.tracker.forget(var)
         if self.caches is not None:
             self.caches.give_back(var)
-        if device is not None:
-            self.live[device] -= nbytes
-            self.memory.append((self.env.now, device, self.live[device]))
+        if device is None:
+            return 0
+        if count:
+            self._give_back(device, nbytes)
+        return nbytes
 
 
 def _worker_processes(program: Program, profile: Profile) -> int:
