@@ -13,7 +13,7 @@ from second to second). What each variant replaces:
 - "one drop at a time": not a stand-in but the engine before its dropped results went back in
   runs (`asyncsim.model.issue.DROP_BATCH`): each drop deleted and given back alone;
 - "not kept": not a stand-in either, the engine before a run's done results were kept for the
-  next outputs of their shape (`EngineBackend._take_cpu`): each output from the pool, each run
+  next outputs of their shape (`realexec.cpu.drops`): each output from the pool, each run
   back to it;
 - "pool accounting": the CPU pool's acquire and release by a list of free arrays per shape (no
   lock, no live bytes, no samples), its buffers' addresses registered as the pool's are (with

@@ -7,8 +7,8 @@ the engine, reading the input vars and writing the output var (on the compiled e
 `issue_same` does the same for the frontend's fast path without its records: the common case of
 `y = x + 1`, written out); `free` pushes the buffer's release behind every op that still touches
 it (`Engine.delete_var`; on the compiled engine small results go in runs, and the done ones
-of a run are kept for the next outputs of their shape and dtype, the pool untouched:
-`_give_back_drops`, `_take_cpu`); `sync` is a blocker; `mark` times an `nd.benchmark` region.
+of a run are kept for the next outputs of their shape and dtype: `realexec.cpu.drops`); `sync`
+is a blocker; `mark` times an `nd.benchmark` region.
 Ops that touch a GPU go to its lanes (`realexec.gpu.backend`, mixed in). `realexec.session`
 opens one over a fresh engine of `ENGINES`; `machine` names this machine for a trace's meta.
 
@@ -39,16 +39,15 @@ from __future__ import annotations
 import contextlib
 import functools
 import platform
-from collections import deque
 from time import perf_counter_ns
 
 import numpy as np
 
-from asyncsim.model.issue import DROP_BATCH, DROP_BYTES  # the model's rule: see `free`
 from asyncsim.nd.frontend import same_records
 from asyncsim.nd.ops import COMPILED
 from asyncsim.nd.trace import Span, Trace, device_lanes
 from realexec.cpu import kernels as cpu
+from realexec.cpu.drops import DroppedResults
 from realexec.cpu.graph import program
 from realexec.cpu.native_ops import GRAPH
 from realexec.cpu.worker import (
@@ -75,7 +74,7 @@ ENGINES = {"native": NativeEngine, "native-pinned": functools.partial(NativeEngi
 _KERNELS = dict(cpu.KERNELS)  # as shipped: the native worker runs these ops itself
 
 
-class EngineBackend(GpuBackend):
+class EngineBackend(GpuBackend, DroppedResults):
     """What `ND` calls: turns op records into engine pushes and blockers into engine waits."""
 
     def __init__(self, engine: Engine, device: str = "cpu", trace: bool | int = True):
@@ -86,18 +85,8 @@ class EngineBackend(GpuBackend):
         self.pools = {"cpu": Pool("cpu", samples=trace)}
         self.kernels = cpu.KERNELS  # (the setter below)
         self.vars: dict = {}  # frontend var id -> engine Var (its name is its device)
-        self._release_cpu = self.pools["cpu"].release  # bound once: a free per op passes it
-        self._acquire_cpu = self.pools["cpu"].acquire
         self._native = isinstance(engine, NativeEngine)  # elementwise ops run compiled
-        self._release_many_cpu = self.pools["cpu"].release_many
-        # small results dropped, for the next run handed to the engine (`_give_back_drops`)
-        self._drops: deque | None = deque() if self._native else None
-        # the done results of the last run of drops, by shape: the next outputs of their shape
-        # and dtype take them, the pool untouched (`_take_cpu`)
-        self._stash: dict = {}
-        # set after a result is kept, cleared before the kept ones are taken back: a blocker
-        # with none kept skips the look (0.7 us of every blocker, 2-core AMD EPYC VM)
-        self._kept = False
+        self._init_drops(self.pools["cpu"], runs=self._native)
         self._on_device: dict[int, str] = {}  # op id -> cpu(i), i > 0, that it ran for
         self._init_gpu()
         self.marks = trace_log(trace)  # (label, start_ns, end_ns)
@@ -313,78 +302,9 @@ class EngineBackend(GpuBackend):
         if type(ev) is StreamVar:
             self._free_stream_var(ev)
         elif ev.name == "cpu":
-            drops = self._drops
-            if drops is not None and ev.data.nbytes <= DROP_BYTES:
-                drops.append(ev)
-                if len(drops) >= DROP_BATCH:
-                    self._give_back_drops(keep=True)
-            else:
-                self.engine.delete_var(ev, self._release_cpu, (ev.data,))
+            self._free_cpu(ev)
         else:  # cpu(i)'s buffer goes back to its own pool
             self.engine.delete_var(ev, self.pools[ev.name].release, (ev.data,))
-
-    def _give_back_drops(self, keep: bool = False) -> None:
-        """Hand the small results dropped so far to the engine's deletion at once
-        (`NativeEngine.delete_vars`): one call, one lock and one memory sample for the run of
-        them, where each alone cost a drop ~1.5 us (2-core AMD EPYC VM). With `keep` (a full
-        run, from `free`), those whose ops are done are kept for the next outputs of their shape
-        and dtype (`_take_cpu`), still counted live; the run kept before goes back to the pool.
-        Without (a blocker, a mark, the trace, close), everything goes back. So their memory
-        comes back at most two runs late, and never before their ops are done (the DESIGN
-        rule). A drop on another thread (a collection) may append meanwhile, or hand a run over
-        itself: each drop is taken out of the deque by one `popleft`, and each kept result out
-        of its list by one `pop`, so none is lost and none is handed over twice (a copy and a
-        cut in two steps let two threads take one drop)."""
-        drops, batch = self._drops, []
-        try:
-            take = drops.popleft  # (None once closed: only the kept ones are left)
-            for _ in range(len(drops)):
-                batch.append(take())
-        except (IndexError, AttributeError):  # another thread took the rest
-            pass
-        back = []
-        if self._kept:
-            self._kept = False  # before the pops: a result kept meanwhile sets it again
-            for spare in list(self._stash.values()):  # one C call: no size change under it
-                try:
-                    while spare:
-                        back.append(spare.pop())
-                except IndexError:  # another thread took the rest
-                    pass
-        if keep:
-            if back:
-                self._release_many_cpu(back)
-            if batch:
-                self.engine.delete_vars(batch, self._stash_cpu, self._release_cpu)
-            return
-        if batch:  # the done ones join the kept ones: one release, one sample
-            self.engine.delete_vars(batch, back.extend, self._release_cpu)
-        if back:
-            self._release_many_cpu(back)
-
-    def _stash_cpu(self, arrays) -> None:
-        """Keep the done results of a run of drops for the next outputs of their shape."""
-        stash = self._stash
-        for array in arrays:
-            spare = stash.get(array.shape)
-            if spare is None:  # setdefault: another thread may make the list meanwhile
-                spare = stash.setdefault(array.shape, [])
-            spare.append(array)
-        self._kept = True  # after the appends (see `__init__`)
-
-    def _take_cpu(self, shape: tuple, dtype: str):
-        """A fresh output's array on cpu(0): the result dropped last of its shape, if it is
-        of `dtype` too, or else one from the pool (`Pool.acquire`)."""
-        spare = self._stash.get(shape)
-        if spare:
-            try:
-                array = spare.pop()
-            except IndexError:  # another thread took the stash meanwhile
-                return self._acquire_cpu(shape, dtype)
-            if array.dtype == dtype:
-                return array
-            spare.append(array)
-        return self._acquire_cpu(shape, dtype)
 
     def drain(self) -> None:
         """Wait, without a span, until every op pushed so far has run (on every device)."""

@@ -24,7 +24,7 @@ The frontend walks `program.instrs`, one SimPy generator:
   next blocker or mark (`DROP_BYTES`). A full run's results whose ops are done are kept, their
   bytes still live, for the next fresh cpu outputs of their shape and dtype, which take them
   without a sample; the next run's hand-over, blocker or mark gives back what none took (as
-  realexec's frontend does: `EngineBackend._take_cpu`). With
+  realexec's frontend does: `realexec.cpu.drops`). With
   a compiled engine (`profile.native`), when an op that was the last to touch a dropped var has
   finished since the last push, the next push pays `profile.reclaim` at its end (realexec's
   looks at its pending deletions as it pushes, after the frontend's Python, and gives the

@@ -133,7 +133,7 @@ class _Model(FrontendProcess):
         self.pinned: set = set()  # (with drops) cpu vars that copies from a GPU wrote
         # (with drops) the done ones of the last run, by shape: [(dtype, bytes)], still live
         # until a fresh cpu output of their shape and dtype takes one, or a hand-over or
-        # blocker gives them back (realexec's frontend keeps them so: `_take_cpu`)
+        # blocker gives them back (as realexec.cpu.drops keeps them)
         self.stash: dict = {}
         self.reserved: dict = {}  # var -> (device, bytes) while its bytes are live
         # the host's last-level cache (`profile.dram` > 0): which bytes an op finds cold, from

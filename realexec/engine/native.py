@@ -26,7 +26,7 @@ Differences, and why:
   frontend hands its small dropped results over in runs (`delete_vars`, one call, one lock and
   one memory sample for up to 32 of them; `asyncsim.model.issue.DROP_BATCH`): 0.8 us less per op
   of a `y = x + 1` loop; and keeps a run's done results for its next outputs of their shape
-  and dtype (`realexec.frontend`'s `_take_cpu`: no lock, no count, no sample), 0.6-0.7 us
+  and dtype (`realexec.cpu.drops`: no lock, no count, no sample), 0.6-0.7 us
   less (4.8 to 4.2 us; sync mode 4.1 to 3.4, 2-core AMD EPYC VM);
 - a var's last-write token is the analysis's, so `Var` needs no queues; the var objects are
   `realexec.engine.deps.Var` (their `failure` and `data`), or anything hashable;
