@@ -358,13 +358,14 @@ def _program_of(actions):
 
 
 @settings(max_examples=25, deadline=None)
-@given(actions=_ACTIONS)
+@given(actions=_ACTIONS, mode=st.sampled_from(["async", "sync"]))
 @example(actions=[("make", 0, DROP_BATCH), ("drop", DROP_BATCH), ("make", 1, 5),
-                  ("make", 0, 5)])  # a kept run of float32, then float64 results of its shape
-def test_the_model_keeps_and_takes_back_the_runs_as_the_engine_does(actions):
+                  ("make", 0, 5)], mode="async")  # a kept float32 run, then float64 results
+def test_the_model_keeps_and_takes_back_the_runs_as_the_engine_does(actions, mode):
     """For any order of made, dropped and waited-for small results of a few shapes and dtypes,
-    the model's memory curve is the engine's, step for step: the same runs kept, the same
-    results taking their buffers (by shape and dtype), the same given back at each blocker."""
+    in either mode, the model's memory curve is the engine's, step for step: the same runs
+    kept, the same results taking their buffers (by shape and dtype), the same given back at
+    each blocker."""
     import dataclasses
 
     from asyncsim import Profile, predict
@@ -372,7 +373,8 @@ def test_the_model_keeps_and_takes_back_the_runs_as_the_engine_does(actions):
     program = _program_of(actions)
     ideal = dataclasses.replace(Profile.ideal(t1=1e-6, t2=1e-6, t3=1e-6), free=1e-6,
                                 native=1, drop_batch=DROP_BATCH)
-    assert _steps(realexec.run(program, workers=1)) == _steps(predict(program, ideal))
+    assert (_steps(realexec.run(program, workers=1, mode=mode))
+            == _steps(predict(program, ideal, mode=mode)))
 
 
 def _steps(trace) -> list[int]:
