@@ -223,12 +223,13 @@ class FrontendProcess:
             return False
         return True
 
-    def _delete(self, var: int) -> None:
-        """A dropped var's deletion: its buffer goes back now, or once its last op finished."""
+    def _delete(self, var: int, count: bool = True) -> int:
+        """A dropped var's deletion: its buffer goes back now, or once its last op finished;
+        the bytes given back now (`count=False`: not yet counted, see `_release`)."""
         if var in self.touching:
             self.freed.add(var)
-        else:
-            self._release(var)
+            return 0
+        return self._release(var, count)
 
     def _delete_drops(self, keep: bool = False) -> None:
         """Hand the run of drops over: the results the last run kept go back; of this run's,
@@ -239,12 +240,10 @@ class FrontendProcess:
             self._give_back("cpu", given)
             given = 0
         for var in self.drops:
-            if var in self.touching:
-                self.freed.add(var)  # back when its last op is done
-            elif keep:
+            if keep and var not in self.touching:
                 self._stash_var(var)
-            else:  # back with the kept ones: one sample for the run (`Pool.release_many`)
-                given += self._release(var, count=False)
+            else:  # done ones back with the kept ones: one sample (`Pool.release_many`)
+                given += self._delete(var, count=False)
         self._give_back("cpu", given)
         self.drops.clear()
 

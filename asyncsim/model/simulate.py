@@ -261,13 +261,9 @@ class _Model(FrontendProcess):
     def _stash_var(self, var: int) -> None:
         """A dropped small result whose ops are done is kept for a later output (`stash`): its
         var is gone, its bytes stay live."""
-        device, nbytes = self.reserved.pop(var, (None, 0))
-        self.tracker.forget(var)
-        if self.caches is not None:
-            self.caches.give_back(var)
-        if device is not None:
+        if var in self.reserved:  # `_release` without the count: the bytes stay live
             info = self.program.vars[var]
-            self.stash.setdefault(info.shape, []).append((info.dtype, nbytes))
+            self.stash.setdefault(info.shape, []).append((info.dtype, self._release(var, False)))
 
     def _unstash(self) -> int:
         """The kept results no output took go back: their bytes (not yet counted)."""
