@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import threading
 
+import numpy as np
 import pytest
 
 from realexec.engine import placement
@@ -135,3 +136,37 @@ def test_a_waker_steers_an_idle_worker_off_the_pushing_frontends_core(two_cores)
     s[t.H_BLOCKING] = 1  # the frontend waits in a blocker: its core is free, nothing moves
     t._wake_worker(s, 0)
     assert os.sched_getaffinity(0) == {here}
+
+
+def test_a_push_for_a_spinner_steers_it_off_the_pushing_frontends_core(two_cores):
+    """An op queued for a spinning worker wakes nobody; if that worker went idle on the core the
+    frontend pushes from (the OS queued the frontend there when the worker's last completion
+    woke it), it gets no turn while the frontend issues, so the push lets it run only on the
+    other core. An op still waiting for a predecessor, a frontend in a blocker, or a worker
+    idle elsewhere moves nothing. This thread is both the frontend and worker 0."""
+    here, other = two_cores
+    none = np.empty(0, np.int64)
+    buf, s = _state({here, other})
+
+    def push(token, pred=-1):
+        os.sched_setaffinity(0, {here})  # the frontend pushes from here
+        t.push(s, token, token, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, pred, -1, -1, none, token, 0, 0)
+        return os.sched_getaffinity(0)
+
+    def idle_on(core):
+        os.sched_setaffinity(0, {core})
+        placement.busy(s, 0)  # gives back every core, if steered
+        placement.idle(s, 0)
+
+    idle_on(here)
+    placement.register(s, 0, threading.get_native_id())
+    assert push(0) == {other}
+    idle_on(here)
+    assert push(1, pred=0) == {here}  # op 0 is not done: op 1 waits, queued for nobody
+    s[t.H_BLOCKING] = 1
+    assert push(2) == {here}
+    s[t.H_BLOCKING] = 0
+    idle_on(other)
+    assert push(3) == {here}
+    idle_on(here)
+    assert push(4) == {other}

@@ -30,6 +30,11 @@ drained 3 us ops 1.59-1.62x faster on two workers (0.99-1.04x) and 11 us ops 1.7
 (1.79-1.85x), and a loop pushing 11 us ops one at a time ran 1.32-1.34x faster (0.80-1.02x).
 That also needed a worker back from Python ops to give its core up when it finds nothing to do
 (`realexec.cpu.worker.work`): it kept it while it slept, and was taken for a busy worker there.
+A spinning worker is never woken, so a push that queues an op for one steers it instead when it
+went idle on the core the frontend pushes from (`table._unstarve`): the worker whose completion
+ended a blocker had the frontend queued on its own core, and got no turn there while the
+frontend issued (`small_ops`' chain: its first op waited 1-1.5 ms in 25 of 600 runs, none
+after).
 
 State (in `realexec.engine.table`'s array, after the lane rings): the cores the process may use
 and a scratch mask, each a cpu_set_t of `MASK_WORDS` int64 words, then per worker index its core
