@@ -46,6 +46,7 @@ import numpy as np
 from overhead import NullBackend, nd_per_op
 
 import realexec
+import realexec.cpu.drops as drops
 import realexec.frontend as frontend
 from asyncsim.nd.frontend import ND
 from realexec.cpu.loops import ADD
@@ -162,14 +163,16 @@ VARIANTS = {"as shipped": "as shipped", "one drop at a time": "drops handed over
 def per_op(variant: str, n: int, mode: str = "async") -> float:
     """Seconds per op of the loop with `variant`'s stand-ins, in `mode`."""
     lists = FreeLists()
-    frontend.Var = SmallVar if variant == "both + small var" else Var
+    drops.Var = SmallVar if variant == "both + small var" else Var
     try:
         with realexec.session(workers=1, mode=mode) as nd:
             backend = nd._backend
             if variant == "one drop at a time":
                 backend._drops = None  # each drop deleted alone, as before runs of them
             if variant == "not kept":
-                backend._stash_cpu = backend._release_many_cpu  # a run back to the pool
+                def back(vars_, release=backend._release_many_cpu):  # a run back to the pool
+                    release([var.data for var in vars_])
+                backend._stash_cpu = back
             if variant in ("pool accounting", "both", "both + small var"):
                 backend._acquire_cpu, backend._release_cpu = lists.acquire, lists.release
                 backend._release_many_cpu = lists.release_many
@@ -185,7 +188,7 @@ def per_op(variant: str, n: int, mode: str = "async") -> float:
             nd_per_op(nd, n // 5, drain=True)
             return nd_per_op(nd, n, drain=True)
     finally:
-        frontend.Var = Var
+        drops.Var = Var
         lists.close()
 
 

@@ -122,9 +122,9 @@ class EngineBackend(GpuBackend, DroppedResults):
         if out_var is not None:
             device = out_var.device
             try:
-                data = (self._take_cpu(out_var.shape, out_var.dtype) if device == "cpu"
-                        else self.pools[device].acquire(out_var.shape, out_var.dtype))
-                out = Var(device, data)
+                out = (self._take_cpu(out_var.shape, out_var.dtype) if device == "cpu"
+                       else Var(device, self.pools[device].acquire(out_var.shape,
+                                                                   out_var.dtype)))
             except MemoryError as exc:
                 raise MemoryError(f"{op.name}: cannot allocate an array of shape "
                                   f"{out_var.shape} ({out_var.dtype}): {exc}") from None
@@ -245,13 +245,12 @@ class EngineBackend(GpuBackend, DroppedResults):
         x = vars_[reads[0]]
         y = None if len(reads) == 1 else vars_[reads[1]]
         try:
-            data = self._take_cpu(shape, dtype)
+            out = self._take_cpu(shape, dtype)
         except MemoryError as exc:
             raise MemoryError(f"{name}: cannot allocate an array of shape {shape} ({dtype}): "
                               f"{exc}") from None
-        out = Var("cpu", data)
-        out.ptr = ADDRESSES.get(id(data.base), 0)
         vars_[var] = out
+        data = out.data
         a = x.ptr or _address_of(x)
         try:
             if y is None and kind == SCALAR:

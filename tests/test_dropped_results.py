@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_realexec_memory import gated  # a kernel that waits for an event
@@ -17,6 +18,7 @@ from test_realexec_memory import gated  # a kernel that waits for an event
 import realexec
 from asyncsim.model.issue import DROP_BATCH, DROP_BYTES
 from realexec.cpu import kernels as cpu
+from realexec.engine.deps import OpError
 from realexec.engine.memory import BufferCache, Pool
 
 SHAPES = [(1,), (16,), (100,), (1000,), (300, 300)]
@@ -92,6 +94,30 @@ def test_small_drops_come_back_together_at_the_batchs_size():
         np.testing.assert_array_equal(again[-1].asnumpy(), np.full(4, 2, np.float32))
         assert pool.live_bytes == held + other.nbytes - 16  # the blocker gave the last back
         assert not any(backend._stash.values())
+
+
+def test_a_kept_result_of_a_failed_op_serves_a_new_op_unpoisoned():
+    """What a run keeps is the engine var itself: one poisoned by a failed op (an input's kernel
+    raised) reads right once a new op has taken it as its output."""
+    def broken(inputs, out, attrs):
+        raise ZeroDivisionError("broken")
+
+    with realexec.session(workers=1) as nd:
+        backend = nd._backend
+        backend.kernels = {**cpu.KERNELS, "mul_scalar": broken}
+        x = nd.ones((4,))
+        bad = x * 2
+        poisoned = [bad + 1 for _ in range(DROP_BATCH)]
+        with pytest.raises(OpError, match="mul_scalar"):
+            nd.waitall()
+        taken = {id(backend.vars[y.var]) for y in poisoned}
+        del poisoned  # a full run: done, so kept
+        assert len(backend._stash[(4,)]) == DROP_BATCH
+        fresh = x + 1
+        assert id(backend.vars[fresh.var]) in taken
+        np.testing.assert_array_equal(fresh.asnumpy(), np.full(4, 2, np.float32))
+        with pytest.raises(OpError, match="mul_scalar"):
+            bad.asnumpy()
 
 
 def test_a_kept_run_goes_back_when_the_next_run_is_handed_over():

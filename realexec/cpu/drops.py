@@ -8,10 +8,12 @@ instead, handed over when `DROP_BATCH` are there, and at every blocker, mark, tr
 (`_give_back_drops`): one `NativeEngine.delete_vars` for the run, one lock and one sample. The
 done ones of a full run are then kept, by shape, still counted live, and the next fresh cpu(0)
 output of that shape and dtype takes the last one kept (`_take_cpu`: a dict look-up and a list
-pop, the pool untouched): 0.7 us less per op of a `y = x + 1` loop. The next run's hand-over gives
-back what no output took, and a blocker, mark, trace or close gives everything back. So memory
-comes back at most two runs late, and never before the ops that use it are done (the DESIGN
-rule). The model follows the same rule (`asyncsim.model.issue`, whose constants these are).
+pop, the pool untouched): 0.7 us less per op of a `y = x + 1` loop. What is kept is the engine
+var itself, with its buffer and address, so a taken one costs no new var either. The next run's
+hand-over gives back what no output took, and a blocker, mark, trace or close gives everything
+back. So memory comes back at most two runs late, and never before the ops that use it are done
+(the DESIGN rule). The model follows the same rule (`asyncsim.model.issue`, whose constants these
+are).
 
 Threads: a drop may happen on any thread (a collection). Drops leave their deque by one
 `popleft` each and kept results their lists by one `pop` each, so two hand-overs at once lose
@@ -23,6 +25,7 @@ from __future__ import annotations
 from collections import deque
 
 from asyncsim.model.issue import DROP_BATCH, DROP_BYTES
+from realexec.engine.deps import Var
 
 
 class DroppedResults:
@@ -78,36 +81,39 @@ class DroppedResults:
                     pass
         if keep:
             if back:
-                self._release_many_cpu(back)
+                self._release_many_cpu([var.data for var in back])
             if batch:
                 self.engine.delete_vars(batch, self._stash_cpu, self._release_cpu)
             return
         if batch:  # the done ones join the kept ones: one release, one sample
             self.engine.delete_vars(batch, back.extend, self._release_cpu)
         if back:
-            self._release_many_cpu(back)
+            self._release_many_cpu([var.data for var in back])
 
-    def _stash_cpu(self, arrays) -> None:
-        """Keep the done results of a run of drops for the next outputs of their shape."""
+    def _stash_cpu(self, vars_) -> None:
+        """Keep the done results of a run of drops (their vars) for the next outputs of their
+        shape."""
         stash = self._stash
-        for array in arrays:
-            spare = stash.get(array.shape)
+        for var in vars_:
+            shape = var.data.shape
+            spare = stash.get(shape)
             if spare is None:  # setdefault: another thread may make the list meanwhile
-                spare = stash.setdefault(array.shape, [])
-            spare.append(array)
+                spare = stash.setdefault(shape, [])
+            spare.append(var)
         self._kept = True  # after the appends (see `_init_drops`)
 
-    def _take_cpu(self, shape: tuple, dtype: str):
-        """A fresh output's array on cpu(0): the result dropped last of its shape, if it is
-        of `dtype` too, or else one from the pool (`Pool.acquire`)."""
+    def _take_cpu(self, shape: tuple, dtype: str) -> Var:
+        """A fresh output's var on cpu(0): the result dropped last of its shape, if it is of
+        `dtype` too, or else a new var over an array from the pool (`Pool.acquire`)."""
         spare = self._stash.get(shape)
         if spare:
             try:
-                array = spare.pop()
+                var = spare.pop()
             except IndexError:  # another thread took the stash meanwhile
-                return self._acquire_cpu(shape, dtype)
-            if array.dtype == dtype:
-                return array
-            spare.append(array)
+                return Var("cpu", self._acquire_cpu(shape, dtype))
+            if var.data.dtype == dtype:
+                var.failure = None  # its op may have failed: the new one has not
+                return var
+            spare.append(var)
             self._kept = True  # a hand-over may have run between the pop and the append
-        return self._acquire_cpu(shape, dtype)
+        return Var("cpu", self._acquire_cpu(shape, dtype))
