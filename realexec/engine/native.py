@@ -91,6 +91,7 @@ class NativeEngine(Pushes, WorkerThreads, DeferredFrees, TableSpans, shutdown.En
         self._buf, self.state = t.new_state(capacity, int(IDLE_SPIN_S * 1e9), default_workers(),
                                             GEMM_ADDRESSES)
         self._push = t.entry(t.push, t.PUSH_TYPES)
+        self._push_unary = t.entry(t.push_unary, t.PUSH_UNARY_TYPES)
         self._run = t.entry(run_stamped, STAMPED_TYPES) if self._sync else None
         if not pin and hasattr(os, "sched_getaffinity"):  # (pinned workers stay put)
             placement.allow(self.state, os.sched_getaffinity(0))

@@ -112,11 +112,14 @@ class Pushes:
             self._run(self.state, slot, token, SCALAR, code, dtype, n, a, a, out, scalar, op_id,
                       number, t_issue)
             return
-        self._ops[slot] = (name, op_id, (read,), (write,), None, ())
-        # the CPU lane is the first, 0
-        self._push(self.state, slot, token, 0, SCALAR, code, dtype, n, a, a, out, scalar, 0,
-                   self._deps.add_fresh(token, read, write), -1, -1, _NONE, op_id, number,
-                   t_issue)
+        pred = self._deps.add_fresh(token, read, write)
+        if pred >= self._buf[t.H_LOW]:
+            # only a predecessor in flight can fail it later: the worker then poisons the op's
+            # output by this record (`_fail_python`); below the mark it is done, and the slot's
+            # record stays None (its last one cleared by `_harvest`): 0.1 us less an op
+            self._ops[slot] = (name, op_id, (read,), (write,), None, ())
+        self._push_unary(self.state, slot, token, SCALAR, code, dtype, n, a, out, scalar, pred,
+                         op_id, number, t_issue)
 
     def _name_number(self, name: str) -> int:
         """The number that stands for op name `name` in the table."""
