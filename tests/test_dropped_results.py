@@ -355,6 +355,43 @@ def test_the_model_prices_each_drop_by_the_path_the_engine_takes():
     assert drops(ideal) == [2.0] * 5
 
 
+def test_the_model_takes_take_off_the_issues_whose_outputs_take_kept_results():
+    """A run of done results dropped and kept: the next outputs of their shape and dtype take
+    them, and each of those issues costs `take` less; an output of another dtype, or one made
+    after a blocker gave the kept ones back, costs the full price; without runs, nothing is
+    kept and `take` changes nothing."""
+    import dataclasses
+
+    from asyncsim import Profile, predict
+
+    def program(nd):
+        x = nd.ones((4,))
+        made = [x + 1 for _ in range(DROP_BATCH)]
+        nd.waitall()
+        del made  # a full run, its ops done: kept
+        taking = [x + 1 for _ in range(3)]  # these take three of them
+        other = nd.ones((4,), dtype="float64")  # another dtype: from the pool
+        nd.waitall()  # the kept ones go back
+        after = x + 1
+        nd.waitall()
+        del taking, other, after
+
+    ideal = dataclasses.replace(Profile.ideal(t1=4e-6, t2=1e-6, t3=1e-6), free=1e-6)
+    batched = dataclasses.replace(ideal, native=1, drop_batch=DROP_BATCH)
+
+    def issues(profile):
+        spans = [s for s in predict(program, profile).spans_of("frontend", "issue")
+                 if s.name != "free"]
+        return [round((s.end - s.start) * 1e6, 6) for s in spans]
+
+    full = [4.0] * (1 + DROP_BATCH + 5)
+    assert issues(batched) == full
+    taken = issues(dataclasses.replace(batched, take=1.5e-6))
+    assert taken[:1 + DROP_BATCH] == full[:1 + DROP_BATCH]
+    assert taken[1 + DROP_BATCH:] == [2.5, 2.5, 2.5, 4.0, 4.0]
+    assert issues(dataclasses.replace(ideal, take=1.5e-6)) == full
+
+
 _SOURCES = [((4,), "float32"), ((4,), "float64"), ((2, 2), "float32")]
 _COUNTS = st.sampled_from([1, 5, DROP_BATCH - 1, DROP_BATCH, DROP_BATCH + 8, 3 * DROP_BATCH])
 _ACTIONS = st.lists(st.one_of(

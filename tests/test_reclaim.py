@@ -8,8 +8,9 @@ from hypothesis import strategies as st
 
 import realexec
 from asyncsim import Profile, record, simulate
+from asyncsim.model.issue import DROP_BATCH
 from asyncsim.model.profile import Cost
-from realexec.calibration.frees import reclaim
+from realexec.calibration.frees import reclaim, take
 from realexec.calibration.microbench import _Bench
 
 T1, EXEC, FREE = 10e-6, 5e-6, 1e-6  # each op ends after its input's drop, before a push
@@ -87,6 +88,7 @@ def test_calibration_measures_a_chain_whose_drops_wait():
     """On the compiled engine, most drops of the calibration's chain wait for their op, and
     what it reports is the chain's time less the fixed loop's; the Python engine reports 0."""
     with realexec.session(workers=1) as nd:
+        reclaim(_Bench(nd, 1), 20, 1)  # warm: a process's first chains ran their ops late
         out = reclaim(_Bench(nd, 1), 100, 2)
     assert out["waited"] > 0.5
     assert out["size"] > 0
@@ -94,3 +96,26 @@ def test_calibration_measures_a_chain_whose_drops_wait():
     assert out["reclaim"] >= 0.0
     with realexec.session(workers=1, engine="python") as nd:
         assert reclaim(_Bench(nd, 1), 10, 1)["reclaim"] == 0.0
+
+
+def test_calibration_times_outputs_that_take_kept_results_against_the_pools():
+    """On the compiled engine both bursts are timed and the saving is their difference (never
+    below 0); an output that takes a kept result really takes no buffer from the pool; the
+    Python engine keeps no results and reports 0."""
+    with realexec.session(workers=1) as nd:
+        out = take(_Bench(nd, 1), 64, 1)
+        assert out["kept"] > 0 and out["pool"] > 0
+        assert out["take"] == max(0.0, out["pool"] - out["kept"])
+        backend, acquired = nd._backend, []
+        real = backend._acquire_cpu
+        backend._acquire_cpu = lambda *args: acquired.append(args) or real(*args)
+        x = nd.ones((8,))  # one from the pool
+        made = [x + 1.0 for _ in range(DROP_BATCH)]  # from the pool, or kept ones
+        nd.waitall()
+        del made
+        acquired.clear()
+        again = [x + 1.0 for _ in range(DROP_BATCH)]  # as a kept burst: the run just kept
+        assert acquired == []
+        del again
+    with realexec.session(workers=1, engine="python") as nd:
+        assert take(_Bench(nd, 1), 10, 1) == {"take": 0.0, "kept": 0.0, "pool": 0.0}

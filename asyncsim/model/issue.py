@@ -24,7 +24,8 @@ The frontend walks `program.instrs`, one SimPy generator:
   next blocker or mark (`DROP_BYTES`). A full run's results whose ops are done are kept, their
   bytes still live, for the next fresh cpu outputs of their shape and dtype, which take them
   without a sample; the next run's hand-over, blocker or mark gives back what none took (as
-  realexec's frontend does: `realexec.cpu.drops`). With
+  realexec's frontend does: `realexec.cpu.drops`); such an op's issue costs `profile.take`
+  less (its price was timed with outputs from the pool). With
   a compiled engine (`profile.native`), when an op that was the last to touch a dropped var has
   finished since the last push, the next push pays `profile.reclaim` at its end (realexec's
   looks at its pending deletions as it pushes, after the frontend's Python, and gives the
@@ -106,7 +107,8 @@ class FrontendProcess:
                 start = env.now
                 if ins.fresh:
                     from_gpu = ins.attrs.get("src", "cpu")[0] == "g"
-                    self._reserve(ins.out, stashed=not from_gpu)
+                    if self._reserve(ins.out, stashed=not from_gpu) and profile.take:
+                        issue_cost = max(0.0, issue_cost - profile.take)
                     if self.drops is not None and from_gpu:
                         self.pinned.add(ins.out)  # a copy from a GPU: deleted alone, as realexec
                 yield timeout(issue_cost)

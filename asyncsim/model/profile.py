@@ -64,7 +64,8 @@ data a loop has let fall out of the caches (`asyncsim.model.caches`).
 `reclaim` (0: off; with `native`): what a push adds when it gives back buffers whose ops finished
 after their last handle was dropped (the compiled engine gives them back there, not at the drop).
 `drop_batch` (0: off): small dropped results deleted together, that many at a time (the done ones
-of a full run kept for the next outputs of their shape: `asyncsim.model.issue`).
+of a full run kept for the next outputs of their shape: `asyncsim.model.issue`); `take` (0: off):
+what an issue saves when its output takes one of those kept results.
 
 `after_gemm` (0: off): the factor by which a streaming CPU op's bytes time stretches when it runs
 on a worker within `asyncsim.model.places.AFTER_GEMM_S` of a product or convolution there (costs
@@ -116,7 +117,7 @@ _SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int,
             "pageable": int, "rss_keep": float, "native": int, "idle_spin": float,
             "table": int, "llc": float, "dram": float, "mix": float, "reclaim": float,
             "after_gemm": float, "t3_asleep": float, "drop_batch": int,
-            "free_pending": float, "free_large": float,
+            "free_pending": float, "free_large": float, "take": float,
             "foreign": float, "foreign_gemm": float, "forget": float}
 _MINIMUM = {"workers": 1, "cores": 1, "gpus": 0}
 
@@ -193,6 +194,11 @@ class Profile:
     # memory sample); 0: `free`
     free_pending: float = 0.0
     free_large: float = 0.0
+    # (with `drop_batch`) what an op's issue saves when its fresh output takes a result a run
+    # of drops kept (realexec's frontend: a list pop and the var whole, against the pool's
+    # lock, counts and memory sample and a new var); the issue costs are timed with outputs
+    # from the pool. 0: off
+    take: float = 0.0
     # how much slower a streaming CPU op (elementwise, reduction, copy, a layer's normalisation
     # or pooling) runs right after a product or a convolution on its worker, as a factor of its
     # bytes time (0 or 1: off); `asyncsim.model.host` says for how long

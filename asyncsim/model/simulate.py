@@ -244,19 +244,20 @@ class _Model(FrontendProcess):
             self.table_wait = None
 
     # -- memory ---------------------------------------------------------------------------------
-    def _reserve(self, var: int, stashed: bool = True) -> None:
+    def _reserve(self, var: int, stashed: bool = True) -> bool:
         """`var`'s bytes become live, or (`stashed`, on cpu(0)) it takes a dropped result's
         buffer kept for it, whose bytes never stopped being live: the last kept of its shape,
-        if that one has its dtype too."""
+        if that one has its dtype too. True if it took one."""
         info = self.program.vars[var]
         self.reserved[var] = (info.device, info.nbytes)
         if stashed and self.stash and info.device == "cpu":
             spare = self.stash.get(info.shape)
             if spare and spare[-1][0] == info.dtype:
                 spare.pop()
-                return
+                return True
         self.live[info.device] += info.nbytes
         self.memory.append((self.env.now, info.device, self.live[info.device]))
+        return False
 
     def _stash_var(self, var: int) -> None:
         """A dropped small result whose ops are done is kept for a later output (`stash`): its

@@ -51,6 +51,9 @@ a program with:
 - `reclaim`: what a push adds when it gives back a buffer whose op finished after the drop (the
   compiled engine does that there), from a chain of ops that each drop the result before
   against the same ops on a fixed input (`realexec.calibration.frees`);
+- `take`: what an issue saves when its output takes a result that a run of drops kept, from
+  bursts of issues whose outputs take kept results against bursts whose outputs come from the
+  pool (`realexec.calibration.frees`);
 - `after_gemm`: how much slower streaming ops run right after a product on their worker, from a
   chain of elementwise ops behind a product against the same chain behind an elementwise op,
   the median of three rounds (`realexec.calibration.aftergemm`);
@@ -125,7 +128,7 @@ from realexec.engine.core import Engine, default_workers
 from realexec.engine.native import CAPACITY, IDLE_SPIN_S
 from realexec.frontend import machine
 
-VERSION = 21  # bump when what is measured changes: older cache files are then ignored
+VERSION = 22  # bump when what is measured changes: older cache files are then ignored
 
 
 def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
@@ -209,6 +212,7 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
                    mix=issuing.fit_mix(raw["mixed"]["ratios"]) if "mixed" in raw else 0.0,
                    reclaim=raw["reclaim"]["reclaim"] if native and "reclaim" in raw else 0.0,
                    drop_batch=DROP_BATCH if native else 0,
+                   take=raw["take"]["take"] if native and "take" in raw else 0.0,
                    after_gemm=raw.get("after_gemm", {}).get("after_gemm", 0.0),
                    t3_asleep=raw.get("t3_after_sleep", 0.0),
                    forget=caches.fit_forget(raw["forget"]) if "forget" in raw else 0.0,

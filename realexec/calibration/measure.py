@@ -253,6 +253,7 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
         raw["mixed"] = step(issuing.mixed_issue, bench, s.issue_ops, max(1, s.loops // 2),
                             s.spread / 4)
         raw["reclaim"] = step(frees.reclaim, bench, s.issue_ops, s.loops, s.spread / 4)
+        raw["take"] = step(frees.take, bench, s.issue_ops, s.loops, s.spread / 4)
         raw["after_gemm"] = step(aftergemm.after_gemm, bench, 4 * s.repeats, s.sweeps)
         bar.update()
         bar.set_postfix_str("round trip")
