@@ -282,13 +282,17 @@ def mixed_issue(bench, n: int, loops: int, pause: float, counts=(2, 5, 10)) -> d
     hot; kinds in turn cost more (2-core Intel VM, three calibrations from before each timed
     loop followed an untimed one of its own kinds: 1.22-1.27x for two kinds, 1.33-1.38x for
     five, 1.34-1.45x for ten; m 0.42-0.44; three kinds cost alike whether they alternate op by
-    op or in pairs). Workers held, outputs kept, as `microbench.frontend`."""
+    op or in pairs). Workers held, outputs kept, as `microbench.frontend`.
+
+    Each ratio is taken within a loop, the mixed loop right after its kinds' own loops, and
+    the ratios' central value kept: the machine's speed moves between the loops. With every
+    kind's loops first and one ratio of central values over all loops, five runs in one
+    process gave m 0.09-0.35 (2-core AMD EPYC VM); paired so, 0.06-0.14."""
     nd = bench.nd
     makers, held = op_makers(nd)
     nd.waitall()
     kinds = MIXED_KINDS[:max(counts)]
-    separate: dict = {kind: [] for kind in kinds}
-    mixed: dict = {k: [] for k in counts}
+    ratios: dict = {k: [] for k in counts}
 
     hold_s = max(0.02, 120e-6 * n)  # two loops of n calls behind each hold
 
@@ -298,19 +302,15 @@ def mixed_issue(bench, n: int, loops: int, pause: float, counts=(2, 5, 10)) -> d
 
     for _ in range(loops):
         busy(pause)
-        # each timed loop after an untimed one of its own kinds (`issue_period`); a kind alone
-        # over buffers of its own shapes, as a loop of it runs, and kinds in turn over the pool
-        # as the loops before left it: taking another kind's buffer is part of what mixing
-        # costs (a view of it built per op)
-        for kind in kinds:
-            separate[kind].append(period([makers[kind]] * n, True))
         for k in counts:
+            # each kind's loop after an untimed one of its kinds, over buffers of its own
+            # shapes, as a loop of it runs; the kinds in turn over the pool as those loops left
+            # it: taking another kind's buffer is part of what mixing costs (a view of it built
+            # per op)
+            alone = [period([makers[kind]] * n, True) for kind in kinds[:k]]
             calls = [makers[kind] for kind in kinds[:k]] * max(1, n // k)
-            mixed[k].append(period(calls, False))
-    alone = {kind: central(values) for kind, values in separate.items()}
-    ratios = {k: central(values) / (sum(alone[kind] for kind in kinds[:k]) / k)
-              for k, values in mixed.items()}
-    return {"ratios": ratios}
+            ratios[k].append(period(calls, False) / (sum(alone) / k))
+    return {"ratios": {k: central(values) for k, values in ratios.items()}}
 
 
 def fit_mix(ratios: dict) -> float:
