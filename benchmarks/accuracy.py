@@ -187,7 +187,7 @@ def collect(args, force: bool) -> list:
     profile = calibrate(workers=args.workers, progress=sys.stderr.isatty())
     workers = profile.workers
     us = {k: f"{getattr(profile, k) * 1e6:.1f} us" for k in
-          ("t1", "t3", "free", "reclaim", "dispatch", "wake", "gil", "release", "recheck",
+          ("t1", "t3", "free", "reclaim", "take", "dispatch", "wake", "gil", "release", "recheck",
            "startup", "handover")}
     print(f"machine: {machine()}")
     background = profile.meta.get("measurements", {}).get("background load", float("nan"))
@@ -263,7 +263,7 @@ def collect(args, force: bool) -> list:
     print(f"\ntotal time: median |error| {statistics.median(errors):.1%} (target <= 10%), "
           f"max {max(errors):.1%} (target <= 25%)")
     longer = [abs(total.error) for _, total, *_ in summary if total.measured >= 1e-3]
-    if len(longer) < len(errors):
+    if longer and len(longer) < len(errors):  # (none: every run under 1 ms, e.g. --only)
         short = [name for name, total, *_ in summary if total.measured < 1e-3]
         print(f"  without runs under 1 ms ({', '.join(short)}: mostly a fresh engine's "
               f"start-up and cold code): median {statistics.median(longer):.1%}, "
