@@ -191,3 +191,21 @@ def test_ctrl_c_inside_a_sync_mode_op_reaches_the_user():
             engine.wait_for_var(a)
         engine.push(lambda: None, (), (b,))
         engine.wait_for_var(b)
+
+
+def test_a_fast_push_whose_input_failed_meanwhile_passes_the_failure_on():
+    """The fast push reads whether any var is poisoned before it pushes; the op writing its
+    input may fail in between (its worker thread took the GIL). The compiled push then finds
+    that op failed and holds the new op until its record is written: its result is poisoned,
+    not computed from a buffer the failed op never wrote."""
+    with realexec.session(workers=1) as nd:
+        nd._backend.kernels = {**cpu.KERNELS, "relu": broken_kernel}
+        x = nd.ones((3,))
+        bad = nd.relu(x)
+        with pytest.raises(OpError, match="relu"):
+            bad.wait_to_read()
+        nd._backend.engine._tainted = False  # as the push read it, before the failure
+        y = bad + 1  # the fast push (`push_unary`)
+        with pytest.raises(OpError, match="relu"):
+            y.asnumpy()
+        np.testing.assert_array_equal((x + 1).asnumpy(), np.full(3, 2, np.float32))

@@ -118,8 +118,12 @@ class Pushes:
             # output by this record (`_fail_python`); below the mark it is done, and the slot's
             # record stays None (its last one cleared by `_harvest`): 0.1 us less an op
             self._ops[slot] = (name, op_id, (read,), (write,), None, ())
-        self._push_unary(self.state, slot, token, SCALAR, code, dtype, n, a, out, scalar, pred,
-                         op_id, number, t_issue)
+        if self._push_unary(self.state, slot, token, SCALAR, code, dtype, n, a, out, scalar,
+                            pred, op_id, number, t_issue):
+            # its predecessor failed after `_tainted` was read: the op waits, held, for its
+            # record, which the worker that takes it reads to poison its output
+            self._ops[slot] = (name, op_id, (read,), (write,), None, ())
+            t.release_held(self.state, slot, 0)
 
     def _name_number(self, name: str) -> int:
         """The number that stands for op name `name` in the table."""

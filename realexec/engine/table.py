@@ -224,10 +224,30 @@ def push_unary(s, slot, token, kind, code, dtype, n, a, out, scalar, pred, op_id
     """`push(s, slot, token, 0, kind, code, dtype, n, a, a, out, scalar, 0, pred, -1, -1, (),
     op_id, name, issue)`: the commonest op, `y = x + 1` on the CPU lane, with one predecessor
     at most. Its own entry point because each argument costs the call ~25 ns to convert: 14
-    instead of 20 (`realexec.engine.pushes.Pushes.push_unary`)."""
+    instead of 20 (`realexec.engine.pushes.Pushes.push_unary`). Returns 0, or
+    FAILED_INHERITED when `pred`, the last write of its input, failed: the op is then held (not
+    queued) until `release_held`."""
     _record(s, slot, token, 0, kind, code, dtype, n, a, a, out, scalar, 0, op_id, name, issue)
+    if pred >= 0 and is_done(s, pred):
+        # the op's input was written by `pred`: if that failed after the frontend looked for
+        # poisoned inputs (the GIL went to its worker in between), its failure passes on here,
+        # where a completion would pass it on to an op still waiting for it (`complete`)
+        where = pred & (s[H_CAP] - 1)
+        if s[at(where, F_TOKEN)] == pred and s[at(where, F_FAILED)] != 0:
+            s[at(slot, F_FAILED)] = FAILED_INHERITED
+            unlock(s)  # held by its guard until the frontend has its record (`release_held`)
+            return FAILED_INHERITED
     _link(s, slot, pred)
-    return _release(s, slot, 0)
+    _release(s, slot, 0)
+    return 0
+
+
+@njit(cache=True)
+def release_held(s, slot, lane):
+    """The second half of a push that `push_unary` held back (its predecessor had failed): the
+    frontend has written the op's Python record, which the worker that runs it reads."""
+    lock(s)
+    _release(s, slot, lane)
 
 
 @njit(nogil=True, cache=True, inline="always")
