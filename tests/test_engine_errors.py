@@ -16,6 +16,7 @@ import traceback
 
 import numpy as np
 import pytest
+from test_realexec_memory import gated  # a kernel that waits for an event
 
 import realexec
 from asyncsim.nd.ops import ShapeError
@@ -209,3 +210,26 @@ def test_a_fast_push_whose_input_failed_meanwhile_passes_the_failure_on():
         with pytest.raises(OpError, match="relu"):
             y.asnumpy()
         np.testing.assert_array_equal((x + 1).asnumpy(), np.full(3, 2, np.float32))
+
+
+@pytest.mark.parametrize("engine, kernel", [("native", "compiled"), ("native", "python"),
+                                            ("python", "python")])
+def test_an_op_after_a_failed_read_of_its_var_still_runs(engine, kernel):
+    """A failure passes to the ops that read or write the failed op's outputs, as MXNet passes
+    it through vars. An op that only overwrites a var the failed op read waits for that read
+    (write-after-read) but touches nothing poisoned: it runs, and the var reads its new value,
+    whether the compiled worker runs its kernel or Python does."""
+    gate = threading.Event()
+    add = cpu.KERNELS["add_scalar"]
+    with realexec.session(workers=1, engine=engine) as nd:
+        kernels = {**cpu.KERNELS, "relu": broken_kernel, "ones": gated("ones", gate)}
+        if kernel == "python":  # not the shipped kernel: it runs in Python
+            kernels["add_scalar"] = lambda inputs, out, attrs: add(inputs, out, attrs)
+        nd._backend.kernels = kernels
+        x = nd.ones((3,))  # held: the ops below wait, so the failure passes along an edge
+        bad = nd.relu(x)
+        x += 1  # waits for relu's read of x
+        gate.set()
+        np.testing.assert_array_equal(x.asnumpy(), np.full(3, 2, np.float32))
+        with pytest.raises(OpError, match="relu"):
+            bad.asnumpy()

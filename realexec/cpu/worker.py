@@ -215,19 +215,28 @@ def work(s, lane, worker):
             fetch_add(s, t.H_BUSY, -1)  # Python runs it; back in here, counted anew
             # (its core stays taken: a worker it wakes from Python must not queue behind it)
             return slot
-        s[base + t.F_START] = now_ns()
-        if kind == GRAPH:
-            run_graph(s[base + t.F_A], s[base + t.F_B], s[base + t.F_N], s[t.H_GEMM],
-                      s[t.H_GEMM + 1])
-        else:
-            dtype = s[base + t.F_DTYPE]
-            run_native(kind, s[base + t.F_CODE], dtype, s[base + t.F_N],
-                       s[base + t.F_A], s[base + t.F_B], s[base + t.F_OUT],
-                       s.view(np.float64)[base + t.F_SCALAR], s[t.H_GEMM + dtype])
-        s[base + t.F_END] = now_ns()
-        s[base + t.F_WORKER] = worker
+        run_op(s, slot, worker)
         t.complete(s, slot, 0)
         idle_since = now_ns()
+
+
+@njit(nogil=True, cache=True, inline="always")  # inlined in `work`: no call per op there
+def run_op(s, slot, worker):
+    """Run the native op in `slot` and stamp its span: `work`'s, and Python's for a native op
+    handed to it after a failure that turned out not to be its own (`WorkerThreads`)."""
+    base = t.at(slot, 0)
+    kind = s[base + t.F_KIND]
+    s[base + t.F_START] = now_ns()
+    if kind == GRAPH:
+        run_graph(s[base + t.F_A], s[base + t.F_B], s[base + t.F_N], s[t.H_GEMM],
+                  s[t.H_GEMM + 1])
+    else:
+        dtype = s[base + t.F_DTYPE]
+        run_native(kind, s[base + t.F_CODE], dtype, s[base + t.F_N],
+                   s[base + t.F_A], s[base + t.F_B], s[base + t.F_OUT],
+                   s.view(np.float64)[base + t.F_SCALAR], s[t.H_GEMM + dtype])
+    s[base + t.F_END] = now_ns()
+    s[base + t.F_WORKER] = worker
 
 
 def warm_native() -> None:

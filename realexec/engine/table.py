@@ -16,8 +16,9 @@ of `cap` slots.
   still holds it in state DONE.
 - `push` links the op behind each unfinished predecessor (an edge on that predecessor's successor
   list) and queues it when none is left; `complete` marks it done, bumps the counters, and
-  releases its successors (a failed op marks them FAILED_INHERITED: they will not run their
-  kernel, `realexec.engine.native` poisons their outputs in Python).
+  releases its successors (a failed op marks them FAILED_INHERITED: the worker hands them to
+  Python, which poisons their outputs where a var of theirs is poisoned and runs them where
+  none is: `realexec.engine.threads`).
 - One spin lock (`H_LOCK`) guards the records, edges and queues; every section under it is a few
   dozen instructions. Counters that threads read without the lock (done, low, queue ends, futex
   words) are read with acquire loads.

@@ -6,7 +6,9 @@ launch) or an op whose predecessor failed. The thread runs such ops with the GIL
 other while the next ready op is one too (`table.finish_and_pop_python`), and goes back in. A
 kernel's exception becomes a `Failure` on the op's outputs (they are *poisoned*), and the ops
 that read or write a poisoned var do not run, poisoning their own outputs in turn, as MXNet
-propagates `var_exception`; the blockers raise it (`realexec.engine.native`).
+propagates `var_exception`; the blockers raise it (`realexec.engine.native`). The table hands
+every successor of a failed op to Python; one whose own vars are sound (it overwrites a var the
+failed op only read) runs after all, its native kernel through `run_op`.
 
 `WorkerThreads` is a part of `realexec.engine.native.NativeEngine`, which starts the threads
 (`add_lane`) and sets the state these methods use: the table (`state`, `_buf`), the Python
@@ -21,7 +23,7 @@ import os
 import threading
 from time import perf_counter_ns
 
-from realexec.cpu.worker import seed_thread, work
+from realexec.cpu.worker import PYTHON, run_op, seed_thread, work
 from realexec.engine import placement
 from realexec.engine import table as t
 from realexec.engine.core import Lane
@@ -44,7 +46,7 @@ class WorkerThreads:
             # numba seeds a thread's random state from os.urandom, with the GIL, at its first
             # use: here, so that no sampler in the loop waits for a GIL the frontend holds
             seed_thread()
-        failed = t.at(0, t.F_FAILED)
+        failed, kind = t.at(0, t.F_FAILED), t.at(0, t.F_KIND)
         free = set(self._cores)  # while it runs Python ops (see the module docstring)
         while True:
             slot = work(state, lane_index, index)  # lets the GIL go meanwhile
@@ -53,11 +55,17 @@ class WorkerThreads:
             if core >= 0:
                 os.sched_setaffinity(0, free)
             while slot >= 0:  # a run of Python ops, the GIL held throughout
-                if self._buf[failed + slot * t.STRIDE]:
-                    self._fail_python(slot)
+                bad = self._buf[failed + slot * t.STRIDE]
+                if bad and self._fail_python(slot):
                     how = t.FAILED_INHERITED
                 else:
-                    how = t.FAILED_OWN if self._run_python(slot, label, lane.log) else 0
+                    if bad:  # a predecessor failed, but no var of its own is poisoned: it runs
+                        self._buf[failed + slot * t.STRIDE] = 0
+                    if self._buf[kind + slot * t.STRIDE] != PYTHON:  # a native op, handed over
+                        run_op(state, slot, index)  # for its predecessor's failure alone
+                        how = 0
+                    else:
+                        how = t.FAILED_OWN if self._run_python(slot, label, lane.log) else 0
                 slot = t.finish_and_pop_python(state, lane_index, slot, how)
                 if self._stopped is not None:
                     return
@@ -83,12 +91,17 @@ class WorkerThreads:
                 self._log.append((label, "exec", name, op_id, start, perf_counter_ns()))
         return False
 
-    def _fail_python(self, slot: int) -> None:
-        """An op whose predecessor failed: it does not run; its outputs carry that failure."""
+    def _fail_python(self, slot: int) -> bool:
+        """An op whose predecessor failed: if a var it reads or writes carries the failure, it
+        does not run and its outputs carry that failure too (True). Otherwise the failure came
+        along an edge that is no var of its own (it overwrites a var the failed op read): it
+        runs, as MXNet, which passes failures through vars, runs it (False)."""
         name, op_id, reads, writes, fn, args = self._ops[slot]
         failure = self._inherited(reads, writes)
-        if failure is not None:
-            self._poison(writes, failure)
+        if failure is None:
+            return False
+        self._poison(writes, failure)
+        return True
 
     def _poison(self, writes, failure: Failure) -> None:
         for v in writes:
