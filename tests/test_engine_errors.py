@@ -233,3 +233,23 @@ def test_an_op_after_a_failed_read_of_its_var_still_runs(engine, kernel):
         np.testing.assert_array_equal(x.asnumpy(), np.full(3, 2, np.float32))
         with pytest.raises(OpError, match="relu"):
             bad.asnumpy()
+
+
+def test_a_general_push_whose_input_failed_meanwhile_passes_the_failure_on():
+    """As for the fast push: a product pushed after its input's op failed, the frontend's look
+    for poisoned vars taken before that failure, is poisoned rather than run on a buffer the
+    failed op never wrote; an op that only overwrites a var the failed op read still runs."""
+    with realexec.session(workers=1) as nd:
+        nd._backend.kernels = {**cpu.KERNELS, "relu": broken_kernel}
+        x, w = nd.ones((2, 3)), nd.ones((4, 3))
+        bad = nd.relu(x)
+        with pytest.raises(OpError, match="relu"):
+            bad.wait_to_read()
+        engine = nd._backend.engine
+        engine._tainted = False  # as the push read it, before the failure
+        z = nd.dot(bad, w, transpose_b=True)  # the general push
+        engine._tainted = False
+        x += 1  # overwrites what relu read: runs
+        with pytest.raises(OpError, match="relu"):
+            z.asnumpy()
+        np.testing.assert_array_equal(x.asnumpy(), np.full((2, 3), 2, np.float32))

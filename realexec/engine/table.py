@@ -178,10 +178,17 @@ def _enqueue(s, lane, slot):
 
 @njit(nogil=True, cache=True)
 def _link(s, slot, pred):
-    """Put op `slot` behind `pred` unless it is done (the lock held). With the edge pool empty
-    (ops with many inputs, all in flight) it lets the lock go until a completion gives one
-    back: the op holds a guard count, so it cannot start meanwhile."""
-    if pred < 0 or is_done(s, pred):
+    """Put op `slot` behind `pred` unless it is done (the lock held). A done `pred` that failed
+    passes its failure on, as `complete` does to the ops waiting for it: it may have failed
+    after the frontend looked for poisoned vars (the GIL went to its worker in between), and
+    the worker hands the op to Python, which runs it only if no var of its own is poisoned.
+    With the edge pool empty (ops with many inputs, all in flight) it lets the lock go until a
+    completion gives one back: the op holds a guard count, so it cannot start meanwhile."""
+    if pred < 0:
+        return
+    if is_done(s, pred):
+        if _failed(s, pred):
+            s[at(slot, F_FAILED)] = FAILED_INHERITED
         return
     cap = s[H_CAP]
     edges = OPS + STRIDE * cap
@@ -226,21 +233,22 @@ def push_unary(s, slot, token, kind, code, dtype, n, a, out, scalar, pred, op_id
     op_id, name, issue)`: the commonest op, `y = x + 1` on the CPU lane, with one predecessor
     at most. Its own entry point because each argument costs the call ~25 ns to convert: 14
     instead of 20 (`realexec.engine.pushes.Pushes.push_unary`). Returns 0, or
-    FAILED_INHERITED when `pred`, the last write of its input, failed: the op is then held (not
-    queued) until `release_held`."""
+    FAILED_INHERITED when `pred`, the last write of its input, has failed (`_link`): the op is
+    then held (not queued) until `release_held`."""
     _record(s, slot, token, 0, kind, code, dtype, n, a, a, out, scalar, 0, op_id, name, issue)
-    if pred >= 0 and is_done(s, pred):
-        # the op's input was written by `pred`: if that failed after the frontend looked for
-        # poisoned inputs (the GIL went to its worker in between), its failure passes on here,
-        # where a completion would pass it on to an op still waiting for it (`complete`)
-        where = pred & (s[H_CAP] - 1)
-        if s[at(where, F_TOKEN)] == pred and s[at(where, F_FAILED)] != 0:
-            s[at(slot, F_FAILED)] = FAILED_INHERITED
-            unlock(s)  # held by its guard until the frontend has its record (`release_held`)
-            return FAILED_INHERITED
     _link(s, slot, pred)
+    if s[at(slot, F_FAILED)]:  # `pred` failed after the frontend looked (`_link`); the op
+        unlock(s)  # may have no Python record yet: held by its guard until it has one
+        return FAILED_INHERITED
     _release(s, slot, 0)
     return 0
+
+
+@njit(nogil=True, cache=True)
+def _failed(s, token):
+    """Whether done op `token` failed, as far as its slot still says (the lock held)."""
+    where = token & (s[H_CAP] - 1)
+    return s[at(where, F_TOKEN)] == token and s[at(where, F_FAILED)] != 0
 
 
 @njit(cache=True)
