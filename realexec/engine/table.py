@@ -186,18 +186,18 @@ def _link(s, slot, pred):
     completion gives one back: the op holds a guard count, so it cannot start meanwhile."""
     if pred < 0:
         return
-    if is_done(s, pred):
-        if _failed(s, pred):
-            s[at(slot, F_FAILED)] = FAILED_INHERITED
-        return
-    cap = s[H_CAP]
-    edges = OPS + STRIDE * cap
-    while s[H_EFREE] < 0:
+    while True:  # (a done `pred` may be found after a wait for an edge, too)
+        if is_done(s, pred):
+            if _failed(s, pred):
+                s[at(slot, F_FAILED)] = FAILED_INHERITED
+            return
+        if s[H_EFREE] >= 0:
+            break
         unlock(s)
         sched_yield()
         lock(s)
-        if is_done(s, pred):
-            return
+    cap = s[H_CAP]
+    edges = OPS + STRIDE * cap
     e = s[H_EFREE]
     s[H_EFREE] = s[edges + e]
     succ = at(pred & (cap - 1), F_SUCC)
