@@ -362,6 +362,26 @@ def test_quick_profile_has_the_host_values_and_refits_to_itself(quick_profile):
     assert cal.refit(p) == p
 
 
+def test_first_calls_and_later_blockers_have_prices_of_their_own(quick_profile):
+    """The profile prices a program's later asnumpy, print and item apart from its first
+    ("frontend:<kind>:again"), and the Python of a block's first call per parameter it makes
+    ("frontend:init") and of its first call after hybridize() per op it traces
+    ("frontend:trace"): what those calls took beyond a later call, less the issue prices of the
+    ops they issued beyond it."""
+    p = quick_profile
+    firsts = p.meta["measurements"]["firsts"]
+    assert {f"frontend:{kind}:again" for kind in ("asnumpy", "print", "item")} <= set(p.costs)
+    assert firsts["init"]["params"] == 4 and firsts["init"]["extra"] > 0
+    assert {"uniform", "zeros"} <= set(firsts["init"]["ops"])  # the initialisers' ops
+    assert firsts["trace"]["traced"] > 0 and not firsts["trace"]["ops"]  # one graph op each
+    for phase, per in (("init", "params"), ("trace", "traced")):
+        case = firsts[phase]
+        issued = sum(count * cal._issue_price(p.costs, p.t1, name)
+                     for name, count in case["ops"].items())
+        assert p.costs[f"frontend:{phase}"].latency == pytest.approx(
+            max(0.0, (case["extra"] - issued) / case[per]))
+
+
 def test_quick_profile_keeps_the_mixing_and_the_speed_of_its_moment(quick_profile):
     """`mix` is the fit of the mixed-issue ratios it keeps (two, five and ten kinds), and the
     speed and product probes were taken as calibration began and as it ended

@@ -90,6 +90,7 @@ class Parameter:
                 f"parameter {self.name} has unknown shape {self.shape}: run the block on an input "
                 f"first, its shape is inferred from it")
         chosen, contexts = self._requested
+        nd.note("init")  # the Python of making a parameter, beyond its ops, for the model
         contexts = contexts or [ctx]
         first = chosen(nd, self.name, self.shape, contexts[0], self.dtype)
         arrays = {contexts[0]: first}

@@ -31,7 +31,8 @@ DEVICE_KINDS = ("cpu", "gpu", "frontend")
 GROUPS = tuple(sorted({d.group for d in OPS.values()}))
 LINKS = ("cpu->gpu", "gpu->cpu", "gpu->gpu")
 READBACK = "gpu->host"  # a blocker's copy of GPU data into fresh host memory (an optional link)
-CALLS = ("block",)  # "frontend:<kind>": a program.Call, frontend Python that issues no op
+CALLS = ("block", "init", "trace")  # "frontend:<kind>": a program.Call, Python that issues no op
+AGAIN = ":again"  # "frontend:<blocker>:again": a program's later blocker of a kind (warm code)
 PHASES = ("backward", "kvstore")  # "frontend:<phase>": the issue of ops autograd or a Trainer makes
 BROADCAST = "broadcast"  # the key of a binary op whose operands' shapes differ
 COST_FIELDS = ("latency", "bandwidth", "peak", "cache", "spill", "cache2", "spill2", "crowd")
@@ -126,6 +127,8 @@ def check_key(key: str, table: str, source: str = "profile") -> None:
                                f"{', '.join((*LINKS, READBACK))}")
         return
     kind, colon, name = key.partition(":")
+    if kind == "frontend" and name.endswith(AGAIN) and name[:-len(AGAIN)] in BLOCKERS:
+        return
     name, at, geometry = name.partition("@")
     if at and (kind == "frontend" or name not in GEOMETRY or not geometry):
         raise ProfileError(f"{source}: unknown cost key {key!r}; a cost per geometry is "
@@ -141,7 +144,8 @@ def check_key(key: str, table: str, source: str = "profile") -> None:
             f"{source}: unknown cost key {key!r}; use DEVICE:NAME with DEVICE one of "
             f"{', '.join(DEVICE_KINDS)} and NAME an op ({', '.join(OPS)}), a group "
             f"({', '.join(GROUPS)}), {BROADCAST}, * (not for frontend: its fallback is t1) or, "
-            f"for frontend, a blocker ({', '.join(BLOCKERS)})")
+            f"for frontend, a blocker ({', '.join(BLOCKERS)}; BLOCKER{AGAIN}: a later one) or "
+            f"Python that issues no op ({', '.join(CALLS)})")
 
 
 def _cost(key: str, value, table: str, source: str) -> Cost:

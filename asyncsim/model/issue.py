@@ -10,9 +10,10 @@ The frontend walks `program.instrs`, one SimPy generator:
   `copyto` from a GPU into pageable host memory, it then waits for the op and pays t3 (a "wait"
   span).
 - a blocker (`Sync`) waits until every pending write of its var has finished (`waitall`:
-  everything issued), then pays `profile.blocker(kind, nbytes, device, waited, asleep)`: t3
-  (`t3_asleep` if it waited past the spin and fell asleep), plus what a
-  "frontend:<kind>" cost adds for the bytes it hands back (asnumpy's copy, print's formatting);
+  everything issued), then pays `profile.blocker(kind, nbytes, device, waited, asleep, again)`:
+  t3 (`t3_asleep` if it waited past the spin and fell asleep), plus what a
+  "frontend:<kind>" cost adds for the bytes it hands back (asnumpy's copy, print's formatting;
+  `again` for a kind the program already ran, whose code is warm);
   on GPU data, `gpu_wait` if it waited and the "gpu->host" readback (see Profile). One "wait"
   span covers both.
 - a notebook cell boundary (`Sync` of kind "cell", `nd.cell()`): the frontend idles until every
@@ -92,6 +93,7 @@ class FrontendProcess:
     def _frontend(self):
         env, spans, profile, gil, host = self.env, self.spans, self.profile, self.gil, self.host
         timeout = env.timeout
+        seen = set()  # the blocker kinds already run: a later one of a kind is priced `again`
         for ins in self.program.instrs:
             kind = type(ins)
             if kind is Op:
@@ -160,7 +162,8 @@ class FrontendProcess:
                     var = self.program.vars[ins.var]
                     nbytes, device = var.nbytes, var.device
                 yield timeout(profile.blocker(ins.kind, nbytes, device, event is not None,
-                                              asleep))
+                                              asleep, again=ins.kind in seen))
+                seen.add(ins.kind)
                 spans.append(Span("frontend", ins.kind, -1, start, env.now, "wait"))
             elif kind is Free:
                 drops = self.drops

@@ -32,7 +32,9 @@ A Profile says
   small result whose ops are done; `free_pending` and `free_large` price the others); `meta`:
   where the numbers came from;
 - "frontend:<blocker>" costs (asnumpy, print, item, wait_to_read, waitall): what a blocker adds to
-  t3 on the frontend, priced on the bytes of the array it returns (a copy, formatting);
+  t3 on the frontend, priced on the bytes of the array it returns (a copy, formatting): the
+  program's first of its kind, with cold code; "frontend:<blocker>:again", where present, a
+  later one;
 - a Cost may also price outgrown caches (`cache`, `spill`, `cache2`, `spill2`) and how much
   kernels running beside it slow it (`crowd`; `asyncsim.model.cost` has the details);
 - the host's contention, each off at its default (so the closed forms hold exactly): `dispatch`,
@@ -94,6 +96,7 @@ from pathlib import Path
 
 from asyncsim.model import products
 from asyncsim.model.cost import (
+    AGAIN,
     BROADCAST,
     COST_FIELDS,
     LINKS,
@@ -292,15 +295,19 @@ class Profile:
         return seconds + (self.gpu_issue if device_kind(op.device) == "gpu" else 0.0)
 
     def blocker(self, kind: str, nbytes: int = 0, device: str = "cpu",
-                waited: bool = False, asleep: bool = False) -> float:
+                waited: bool = False, asleep: bool = False, again: bool = False) -> float:
         """Seconds a blocker of `kind` costs the frontend once its wait is over: t3 (`t3_asleep`,
         where there is one, for a blocker that fell `asleep` waiting), plus its
-        "frontend:<kind>" cost on the `nbytes` it returns when there is one. On GPU data
+        "frontend:<kind>" cost on the `nbytes` it returns when there is one: the cold price of a
+        program's first blocker of the kind; `again` (a later one), "frontend:<kind>:again"
+        where the profile has it (its code is in the caches by then). On GPU data
         (`device`; for waitall, a program with GPU work): plus `gpu_wait` if it `waited`, and a
         copy of the data by the "gpu->host" link, where there is one, instead of the frontend's
         own copy (print still formats); a waitall also pays `gpu_settle`."""
         t3 = self.t3_asleep if asleep and self.t3_asleep else self.t3
         cost = self.costs.get(f"frontend:{kind}")
+        if again:
+            cost = self.costs.get(f"frontend:{kind}{AGAIN}", cost)
         extra = 0.0 if cost is None else cost.time(nbytes, 0.0)
         if device_kind(device) != "gpu":
             return t3 + extra

@@ -198,6 +198,8 @@ def trace(fn, name: str, inputs: list):
     if out.var in bound:  # the graph must write a fresh output
         out = F.invoke("copy", out)
     graph = tracer.graph
+    for _ in graph.ops:  # the trace's Python, per op traced, for the model
+        real_nd.note("trace")
     graph.inputs = tuple(bound)
     graph.in_shapes = tuple(graph.vars[v].shape for v in bound)
     graph.output = out.var

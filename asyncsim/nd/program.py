@@ -73,8 +73,10 @@ class Mark:
 @dataclass(slots=True)
 class Call:
     """The frontend ran Python that issues no op of its own: `kind` "block" is a Gluon block's
-    call (finding its parameters, inferring shapes) around the ops its layer issues. A profile
-    may price it ("frontend:block"); the real engine simply pays it."""
+    call (finding its parameters, inferring shapes) around the ops its layer issues, "init" a
+    parameter made at its block's first call (deferred initialisation) beyond its initialiser's
+    ops, "trace" one op of a hybridized block's trace. A profile may price each
+    ("frontend:<kind>"); the real engine simply pays it."""
 
     kind: str
 

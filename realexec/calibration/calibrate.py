@@ -16,7 +16,8 @@ a program with:
 - `t3`: what a blocker costs once its wait is over: its wake-up after the op it waits for ends,
   or, for an op that had ended before the call, the call itself; "frontend:asnumpy|print|item":
   what those blockers add (a copy, formatting), latency + bytes / bandwidth of the array, each
-  the first of its kind in a fresh session (cold code, as the chapters' once-per-region calls);
+  the first of its kind in a fresh session (cold code, as the chapters' once-per-region calls),
+  and "frontend:<kind>:again" the same called again after a few ops (a program's later ones);
   `t3_asleep`: the same wake-up for a blocker that waited past its spin and fell asleep;
 - `startup`: what a fresh engine's first op round trip takes beyond a warm one;
 - `handover`: how long a thread asleep on the GIL takes to run once it is let go
@@ -39,7 +40,9 @@ a program with:
   a dense layer's forward and backward call them, and the products of the scenarios' MLP layers
   priced on their own timing, "cpu:dot@<m>x<k>x<n>[-ta|-tb]"; "frontend:backward" and
   "frontend:kvstore", per op that backward and a Trainer issue (their Python around each op),
-  "frontend:graph", per hybridized block call; reshape, cast and assign fall to
+  "frontend:graph", per hybridized block call; "frontend:init" per parameter a block's first
+  call makes and "frontend:trace" per op its first call after hybridize() traces, each beyond
+  its ops' issue prices (`realexec.calibration.firsts`); reshape, cast and assign fall to
   "cpu:copy", any op without a cost of its own to "cpu:*" (the elementwise cost);
 - "cpu:<op|group>" costs: latency + bytes / bandwidth fits over sizes for create, elementwise,
   binary (and broadcasting binary: "cpu:broadcast"), copy and reduce ops and the compute-bound
@@ -107,6 +110,7 @@ import numpy as np
 
 from asyncsim.model.issue import DROP_BATCH
 from asyncsim.model.profile import Cost, Profile, ProfileError
+from asyncsim.nd.ops import OPS
 from realexec.calibration import caches, fits, issuing, microbench
 from realexec.calibration.fits import (
     blocker_costs,
@@ -128,7 +132,16 @@ from realexec.engine.core import Engine, default_workers
 from realexec.engine.native import CAPACITY, IDLE_SPIN_S
 from realexec.frontend import machine
 
-VERSION = 22  # bump when what is measured changes: older cache files are then ignored
+VERSION = 23  # bump when what is measured changes: older cache files are then ignored
+
+
+def _issue_price(costs: dict, t1: float, name: str) -> float:
+    """The frontend seconds the model prices an issue of op `name` at (as Profile.issue_rule
+    picks its cost: by name, then by group, else t1)."""
+    for key in (f"frontend:{name}", f"frontend:{OPS[name].group}"):
+        if key in costs:
+            return costs[key].latency
+    return t1
 
 
 def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
@@ -173,14 +186,26 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
             ("dense_call", "fully_connected"), ("activation_call", "relu"),
             ("sequential_call", "layers_in_turn"))]
         costs["frontend:block"] = Cost(latency=max(0.0, sum(extra) / len(extra)))
+    firsts = raw.get("firsts")
+    if firsts:  # a block's first call and first trace, beyond what their ops' issue costs
+        for phase, key, per in (("init", "frontend:init", "params"),
+                                ("trace", "frontend:trace", "traced")):
+            case = firsts[phase]
+            issued = sum(count * _issue_price(costs, t1, name)
+                         for name, count in case["ops"].items())
+            costs[key] = Cost(latency=max(0.0, (case["extra"] - issued) / case[per]))
     steps = raw.get("graph_step")
     if steps:  # a hybridized graph's own work per member op, beyond its members' kernels
         per_member = [max(0.0, case["per_member"]) for case in steps.values()]
         costs["cpu:graph"] = Cost(latency=sum(per_member) / len(per_member))
     fresh = raw["fresh"]
-    # the chapters' asnumpy, print and item run once per region: priced cold (see fresh)
-    costs.update(blocker_costs({**fresh["blockers"],
-                                "wait_to_read": raw["blockers"]["wait_to_read"]}))
+    # a program's first asnumpy, print or item is priced cold, a later one of its kind
+    # ("frontend:<kind>:again") as it costs after a few ops (see host.fresh)
+    ready = raw["blockers"]["wait_to_read"]
+    costs.update(blocker_costs({**fresh["blockers"], "wait_to_read": ready}))
+    if "again" in fresh:
+        costs.update({f"{key}:again": cost for key, cost in
+                      blocker_costs({**fresh["again"], "wait_to_read": ready}).items()})
     # the round trip, measured early and late and averaged: this machine's wake-ups and cores
     # speed up and slow down for seconds at a time, and one measurement may catch either
     late = raw.get("roundtrip_late", raw["roundtrip"])

@@ -17,7 +17,10 @@ runs a scenario of `asyncsim.lab.scenarios`.
   ran; caches are cold). Then the first print (`print(x)`, written to a StringIO), asnumpy and
   item of that session, each on an array of one of `sizes`: the chapters call a blocker like
   these once per region, not in a loop, so its code is cold when it runs, as here (a first
-  print of a small array costs several times a repeated one).
+  print of a small array costs several times a repeated one). Then each of them `again`, AGAIN
+  times, each after a few ops: what a later blocker of the kind costs in the same program (a print
+  of a small array after a dense layer's ops took 72-80 us here, the session's first 170-260,
+  one repeated back to back 50-70; 2-core AMD EPYC VM).
 - `blocked`: a backlog of `n` small ops (`x + 1.0` on `size` elements: a kernel of a microsecond
   or two, the kind of op whose per-op costs add up) drained by one worker while the others are
   held, once with the frontend asleep in a blocker on the last of them and once with it asleep
@@ -118,12 +121,17 @@ def busy_frontend(bench: _Bench, n: int, repeats: int, size: int) -> tuple[float
 
 
 
+AGAIN = 4  # later calls of each blocker kind timed per fresh session
+
+
 def fresh(workers: int, sizes, rounds: int, warm: int = 5, pause: float = 0.0) -> dict:
-    """{"startup": seconds, "first": [...], "warm": [...], "blockers": {kind: [(nbytes, s)]}}."""
+    """{"startup": seconds, "first": [...], "warm": [...], "blockers": {kind: [(nbytes, s)]},
+    "again": {kind: [(nbytes, s)]}}."""
     from realexec.sessions import session
 
     firsts, warms = [], []
     cold: dict = {"print": [], "asnumpy": [], "item": []}
+    later: dict = {"print": [], "asnumpy": [], "item": []}
     shown = io.StringIO()
     for _ in range(rounds):
         for n in sizes:
@@ -147,9 +155,22 @@ def fresh(workers: int, sizes, rounds: int, warm: int = 5, pause: float = 0.0) -
                     call()
                     seconds = (perf_counter_ns() - start) * 1e-9
                     cold[kind].append((4 if kind == "item" else 4 * n, seconds))
+                # the same blockers again, each after a few ops (done, so that only the call is
+                # timed): a program's later prints, once its first has brought the code in (the
+                # second costs more than the ones after it: AGAIN of them, the median kept)
+                for kind in [k for k in later for _ in range(AGAIN)]:
+                    y, s = nd.relu(x * 2.0 + 1.0), one * 2.0 + 1.0
+                    nd.waitall()
+                    call = {"print": lambda: print(y, file=shown),  # noqa: B023
+                            "asnumpy": y.asnumpy, "item": s.item}[kind]
+                    start = perf_counter_ns()
+                    call()
+                    seconds = (perf_counter_ns() - start) * 1e-9
+                    later[kind].append((4 if kind == "item" else 4 * n, seconds))
     blockers = {kind: _medians(points) for kind, points in cold.items()}
     startup = max(0.0, float(np.median(np.array(firsts) - np.array(warms))))
-    return {"startup": startup, "first": firsts, "warm": warms, "blockers": blockers}
+    return {"startup": startup, "first": firsts, "warm": warms, "blockers": blockers,
+            "again": {kind: _medians(points) for kind, points in later.items()}}
 
 
 def _medians(points) -> list:

@@ -5,7 +5,7 @@ run of every microbenchmark on the real engine that yields the raw numbers (`_me
 it; `realexec.calibration.gpu` times the same `kernels` on a GPU. Nothing here fits or prices:
 `_measure` returns the numbers as measured, each microbenchmark's own summary of its repeats
 (see `realexec.calibration.microbench`, `realexec.calibration.host`,
-`realexec.calibration.training`, `realexec.calibration.issuing`).
+`realexec.calibration.training`, `realexec.calibration.issuing`, `realexec.calibration.firsts`).
 
 Assumptions: the caller has paused the garbage collector (a collection would land in a cost);
 `_measure` first keeps every core busy for a second when its settings spread rounds over time
@@ -17,7 +17,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from realexec.calibration import aftergemm, caches, frees, issuing, microbench, places, training
+from realexec.calibration import (
+    aftergemm,
+    caches,
+    firsts,
+    frees,
+    issuing,
+    microbench,
+    places,
+    training,
+)
 from realexec.calibration import gil as microbench_gil
 from realexec.calibration import host as microbench_host
 from realexec.calibration.fits import FITTED, ROW
@@ -248,6 +257,7 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
                                s.spread / 4)
         raw["phases"] = step(issuing.phase_times, bench, max(1, s.issue_ops // 15), s.loops,
                              s.spread / 4)
+        raw["firsts"] = step(firsts.first_calls, bench, max(3, s.loops), s.spread / 4)
         raw["recording"] = step(issuing.recording_overhead, bench, max(1, s.issue_ops // 3),
                                 max(1, s.loops // 3), s.spread / 4)
         raw["mixed"] = step(issuing.mixed_issue, bench, s.issue_ops, max(1, s.loops // 2),
