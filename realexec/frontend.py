@@ -72,6 +72,7 @@ _RSS_EVERY_NS = 10_000_000
 ENGINES = {"native": NativeEngine, "native-pinned": functools.partial(NativeEngine, pin=True),
            "python": Engine}
 _KERNELS = dict(cpu.KERNELS)  # as shipped: the native worker runs these ops itself
+_CODES = {d.name: code for d, code in DTYPES.items()}  # by name: a str's hash is kept
 
 
 class EngineBackend(GpuBackend, DroppedResults):
@@ -254,12 +255,12 @@ class EngineBackend(GpuBackend, DroppedResults):
         a = x.ptr or _address_of(x)
         try:
             if y is None and kind == SCALAR:
-                engine.push_unary(code, DTYPES[data.dtype], data.size, a,
+                engine.push_unary(code, _CODES[dtype], data.size, a,
                                   out.ptr or _address_of(out), scalar, x, out, name, op_id,
                                   t_issue)
             else:
                 b = a if y is None else y.ptr or _address_of(y)
-                engine.push_native(kind, code, DTYPES[data.dtype], data.size, a, b,
+                engine.push_native(kind, code, _CODES[dtype], data.size, a, b,
                                    out.ptr or _address_of(out), scalar,
                                    (x,) if y is None else (x, y), (out,), "cpu", name, op_id,
                                    t_issue)
@@ -294,14 +295,13 @@ class EngineBackend(GpuBackend, DroppedResults):
             if self.gpus:
                 self.releases.collect()
 
-    def free(self, var: int) -> None:
-        ev = self.vars.pop(var, None)
-        if ev is None:
-            return
+    def _delete(self, ev) -> None:
+        """Give a dropped var's memory back once its ops are done (`free`, from
+        `realexec.cpu.drops`, keeps small cpu(0) results in runs first)."""
         if type(ev) is StreamVar:
             self._free_stream_var(ev)
         elif ev.name == "cpu":
-            self._free_cpu(ev)
+            self.engine.delete_var(ev, self._release_cpu, (ev.data,))
         else:  # cpu(i)'s buffer goes back to its own pool
             self.engine.delete_var(ev, self.pools[ev.name].release, (ev.data,))
 

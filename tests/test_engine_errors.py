@@ -253,3 +253,19 @@ def test_a_general_push_whose_input_failed_meanwhile_passes_the_failure_on():
         with pytest.raises(OpError, match="relu"):
             z.asnumpy()
         np.testing.assert_array_equal(x.asnumpy(), np.full((2, 3), 2, np.float32))
+
+
+def test_sync_mode_passes_a_failure_on_to_the_elementwise_ops_after_it():
+    """Sync mode's `y = x + 1` (`run_unary`, no analysis) poisons the result of an op that
+    reads a failed op's output, and still computes one whose input is sound."""
+    with realexec.session(mode="sync") as nd:
+        nd._backend.kernels = {**cpu.KERNELS, "relu": broken_kernel}
+        x = nd.ones((2,))
+        bad = nd.relu(x)
+        after = bad + 1
+        sound = x + 1
+        assert sound.asnumpy().tolist() == [2.0, 2.0]
+        with pytest.raises(OpError, match="relu"):
+            after.wait_to_read()
+        with pytest.raises(OpError):
+            nd.waitall()

@@ -73,8 +73,12 @@ def _arithmetic(name: str, scalar_name: str, in_place: bool = False):
         cls = other.__class__
         if cls is float:
             return self.nd._same(scalar_name, (self,), {"scalar": other}, out)
-        if cls is int:
-            return self.nd._same(scalar_name, (self,), {"scalar": _scalar(name, other)}, out)
+        if cls is int:  # `_scalar` written out (a call less per op): only a huge int fails
+            try:
+                scalar = float(other)
+            except OverflowError:
+                scalar = _scalar(name, other)  # raises, naming the op
+            return self.nd._same(scalar_name, (self,), {"scalar": scalar}, out)
         if cls is NDArray:
             if (other.shape == self.shape and other.nd is self.nd
                     and other.device == self.device and other.dtype == self.dtype):

@@ -24,13 +24,20 @@ from __future__ import annotations
 
 from collections import deque
 
+import numpy as np
+
 from asyncsim.model.issue import DROP_BATCH, DROP_BYTES
+from asyncsim.nd.ops import DTYPES
 from realexec.engine.deps import Var
+
+# a dtype's name -> numpy's one object for it (a pool's arrays are made with it): a kept
+# result's dtype is checked by identity, 40 ns less than comparing a dtype with a name
+_DTYPE = {name: np.dtype(name) for name in DTYPES}
 
 
 class DroppedResults:
-    """Mixed into `EngineBackend`: `_free_cpu`, `_give_back_drops`, `_take_cpu`. Needs its
-    `engine` (`delete_var`, `delete_vars`)."""
+    """Mixed into `EngineBackend`: `free`, `_give_back_drops`, `_take_cpu`. Needs its
+    `engine` (`delete_var`, `delete_vars`), `vars` and `_delete` (any other var's free)."""
 
     def _init_drops(self, pool, runs: bool) -> None:
         """Over cpu(0)'s `pool`; `runs`: hand small drops over in runs (the compiled engine)."""
@@ -46,16 +53,21 @@ class DroppedResults:
         # with none kept skips the look (0.7 us of every blocker, 2-core AMD EPYC VM)
         self._kept = False
 
-    def _free_cpu(self, ev) -> None:
-        """`ev`, a cpu(0) var, was dropped: into the run, or deleted at once (too large, or
-        no runs)."""
+    def free(self, var: int) -> None:
+        """`ND`'s free (the last handle of frontend var `var` let go): a small cpu(0) result
+        joins the run of drops, any other var goes to the backend's `_delete`. Here, not
+        there, so that a drop costs one call (each array's `__del__` makes one)."""
+        ev = self.vars.pop(var, None)
+        if ev is None:
+            return
         drops = self._drops
-        if drops is not None and ev.data.nbytes <= DROP_BYTES:
+        if (drops is not None and type(ev) is Var and ev.name == "cpu"
+                and ev.data.nbytes <= DROP_BYTES):
             drops.append(ev)
             if len(drops) >= DROP_BATCH:
                 self._give_back_drops(keep=True)
         else:
-            self.engine.delete_var(ev, self._release_cpu, (ev.data,))
+            self._delete(ev)
 
     def _give_back_drops(self, keep: bool = False) -> None:
         """Hand the small results dropped so far to the engine's deletion at once
@@ -111,7 +123,7 @@ class DroppedResults:
                 var = spare.pop()
             except IndexError:  # another thread took the stash meanwhile
                 return Var("cpu", self._acquire_cpu(shape, dtype))
-            if var.data.dtype == dtype:
+            if var.data.dtype is _DTYPE.get(dtype):  # numpy's own dtype: `is`, not `==`
                 var.failure = None  # its op may have failed: the new one has not
                 return var
             spare.append(var)
