@@ -87,6 +87,8 @@ class EngineBackend(GpuBackend, DroppedResults):
         self.kernels = cpu.KERNELS  # (the setter below)
         self.vars: dict = {}  # frontend var id -> engine Var (its name is its device)
         self._native = isinstance(engine, NativeEngine)  # elementwise ops run compiled
+        if self._native:  # `y = x + 1`'s push: in sync mode the op runs at once
+            self._push_unary = engine.run_unary if engine.mode == "sync" else engine.push_unary
         self._init_drops(self.pools["cpu"], runs=self._native)
         self._on_device: dict[int, str] = {}  # op id -> cpu(i), i > 0, that it ran for
         self._init_gpu()
@@ -225,7 +227,7 @@ class EngineBackend(GpuBackend, DroppedResults):
         runs it on cpu(0), no GPU is in use, the kernel is the one shipped): building and reading
         the records and the general path's tests cost 0.7 us of a 7 us op (2-core Xeon VM). An
         elementwise op over one input (`y = x + 1`, relu: `UNARY`) goes to the engine's
-        `push_unary`, written out for it."""
+        `push_unary`, written out for it (`run_unary` in sync mode)."""
         on_cpu = device == "cpu" and not self.gpus
         code = self._unary.get(name) if on_cpu and len(reads) == 1 else None
         if code is not None:
@@ -255,9 +257,9 @@ class EngineBackend(GpuBackend, DroppedResults):
         a = x.ptr or _address_of(x)
         try:
             if y is None and kind == SCALAR:
-                engine.push_unary(code, _CODES[dtype], data.size, a,
-                                  out.ptr or _address_of(out), scalar, x, out, name, op_id,
-                                  t_issue)
+                self._push_unary(code, _CODES[dtype], data.size, a,
+                                 out.ptr or _address_of(out), scalar, x, out, name, op_id,
+                                 t_issue)
             else:
                 b = a if y is None else y.ptr or _address_of(y)
                 engine.push_native(kind, code, _CODES[dtype], data.size, a, b,

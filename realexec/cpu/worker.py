@@ -171,6 +171,19 @@ def run_stamped(s, slot, token, kind, code, dtype, n, a, b, out, scalar, op_id, 
 STAMPED_TYPES = (types.int64[::1], *[types.int64] * 9, types.float64, *[types.int64] * 3)
 
 
+@njit(cache=True)  # keeps the GIL, as `run_stamped` does
+def run_unary_stamped(s, token, code, dtype, n, a, out, scalar, op_id, name, issue):
+    """`run_stamped` for the commonest op, `y = x + 1`: an elementwise op with a scalar over
+    one input, its slot taken from its token here. 11 arguments instead of 14, each of which
+    the call converts (`realexec.engine.pushes.Pushes.run_unary`)."""
+    run_stamped(s, token & (s[t.H_CAP] - 1), token, SCALAR, code, dtype, n, a, a, out, scalar,
+                op_id, name, issue)
+
+
+# run_unary_stamped's: the state, six ints (token .. out), the scalar, three ints
+UNARY_STAMPED_TYPES = (types.int64[::1], *[types.int64] * 6, types.float64, *[types.int64] * 3)
+
+
 @njit(nogil=True, cache=True)
 def work(s, lane, worker):
     """Run the lane's ready native ops until one needs Python (its slot) or the engine stops

@@ -57,7 +57,13 @@ import threading
 from time import perf_counter_ns
 
 from asyncsim.nd.deps import Deps
-from realexec.cpu.worker import GEMM_ADDRESSES, STAMPED_TYPES, run_stamped
+from realexec.cpu.worker import (
+    GEMM_ADDRESSES,
+    STAMPED_TYPES,
+    UNARY_STAMPED_TYPES,
+    run_stamped,
+    run_unary_stamped,
+)
 from realexec.engine import placement, shutdown, sleep
 from realexec.engine import table as t
 from realexec.engine.core import Lane, default_workers, settings
@@ -93,6 +99,8 @@ class NativeEngine(Pushes, WorkerThreads, DeferredFrees, TableSpans, shutdown.En
         self._push = t.entry(t.push, t.PUSH_TYPES)
         self._push_unary = t.entry(t.push_unary, t.PUSH_UNARY_TYPES)
         self._run = t.entry(run_stamped, STAMPED_TYPES) if self._sync else None
+        self._run_unary = (t.entry(run_unary_stamped, UNARY_STAMPED_TYPES) if self._sync
+                           else None)
         if not pin and hasattr(os, "sched_getaffinity"):  # (pinned workers stay put)
             placement.allow(self.state, os.sched_getaffinity(0))
         self._done = _done_in(self._buf, capacity)  # a closure: no reference cycle to self
