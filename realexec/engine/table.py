@@ -115,11 +115,6 @@ def places_at(cap: int, nedges: int) -> int:
     return OPS + STRIDE * cap + 2 * nedges + MAX_LANES * cap
 
 
-def column(state: np.ndarray, cap: int, f: int) -> np.ndarray:
-    """Field `f` of every slot, as a strided view (for reading spans out in blocks)."""
-    return state[OPS + f: OPS + STRIDE * cap: STRIDE]
-
-
 @njit(nogil=True, cache=True, inline="always")
 def at(slot, f):
     """Where field `f` of the op in `slot` is."""
