@@ -94,7 +94,11 @@ class Pushes:
         compiled worker that reads one var and writes a fresh one (no op has named `write`
         yet). Written out, with the analysis's `add_fresh`: 0.5 us of a 5.5 us op went on the
         general push's calls, lists and tests (2-core AMD EPYC VM). With `max_inflight`, a
-        poisoned var anywhere or the engine closed, it takes the general push."""
+        poisoned var anywhere or the engine closed, it takes the general push; in sync mode,
+        `run_unary` (which the frontend calls itself there)."""
+        if self._sync:
+            self.run_unary(code, dtype, n, a, out, scalar, read, write, name, op_id, t_issue)
+            return
         if self.max_inflight is not None or self._closed or self._tainted:
             self.push_native(SCALAR, code, dtype, n, a, a, out, scalar, (read,), (write,), "cpu",
                              name, op_id, t_issue)
@@ -109,10 +113,6 @@ class Pushes:
         number = self._numbers.get(name)
         if number is None:
             number = self._name_number(name)
-        if self._sync:
-            self._run(self.state, slot, token, SCALAR, code, dtype, n, a, a, out, scalar, op_id,
-                      number, t_issue)
-            return
         pred = self._deps.add_fresh(token, read, write)
         if pred >= self._buf[t.H_LOW]:
             # only a predecessor in flight can fail it later: the worker then poisons the op's
