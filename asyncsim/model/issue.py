@@ -12,7 +12,8 @@ The frontend walks `program.instrs`, one SimPy generator:
 - a blocker (`Sync`) waits until every pending write of its var has finished (`waitall`:
   everything issued), then pays `profile.blocker(kind, nbytes, device, waited, asleep, again)`:
   t3 (`t3_asleep` if it waited past the spin and fell asleep), plus what a
-  "frontend:<kind>" cost adds for the bytes it hands back (asnumpy's copy, print's formatting;
+  "frontend:<kind>" cost adds for the bytes it hands back (asnumpy's copy; print's formatting,
+  on the bytes numpy shows: `printed_bytes`;
   `again` for a kind the program already ran, whose code is warm);
   on GPU data, `gpu_wait` if it waited and the "gpu->host" readback (see Profile). One "wait"
   span covers both.
@@ -53,6 +54,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from asyncsim.model.cost import printed_bytes
 from asyncsim.model.profile import device_kind, is_link_copy
 from asyncsim.nd.ops import BROADCASTING, broadcasts, native_broadcast
 from asyncsim.nd.program import Call, Free, Mark, Op, Sync
@@ -157,12 +159,13 @@ class FrontendProcess:
                     spans.append(Span("frontend", CELL, -1, start, env.now, "wait"))
                     continue
                 if ins.var is None:
-                    nbytes, device = 0, self.gpu_program
+                    nbytes, shown, device = 0, 0, self.gpu_program
                 else:
                     var = self.program.vars[ins.var]
                     nbytes, device = var.nbytes, var.device
+                    shown = printed_bytes(var.shape, nbytes)
                 yield timeout(profile.blocker(ins.kind, nbytes, device, event is not None,
-                                              asleep, again=ins.kind in seen))
+                                              asleep, again=ins.kind in seen, shown=shown))
                 seen.add(ins.kind)
                 spans.append(Span("frontend", ins.kind, -1, start, env.now, "wait"))
             elif kind is Free:

@@ -295,10 +295,12 @@ class Profile:
         return seconds + (self.gpu_issue if device_kind(op.device) == "gpu" else 0.0)
 
     def blocker(self, kind: str, nbytes: int = 0, device: str = "cpu",
-                waited: bool = False, asleep: bool = False, again: bool = False) -> float:
+                waited: bool = False, asleep: bool = False, again: bool = False,
+                shown: int | None = None) -> float:
         """Seconds a blocker of `kind` costs the frontend once its wait is over: t3 (`t3_asleep`,
         where there is one, for a blocker that fell `asleep` waiting), plus its
-        "frontend:<kind>" cost on the `nbytes` it returns when there is one: the cold price of a
+        "frontend:<kind>" cost on the `nbytes` it returns when there is one (a print's on the
+        `shown` bytes it formats, `printed_bytes`, where given): the cold price of a
         program's first blocker of the kind; `again` (a later one), "frontend:<kind>:again"
         where the profile has it (its code is in the caches by then). On GPU data
         (`device`; for waitall, a program with GPU work): plus `gpu_wait` if it `waited`, and a
@@ -308,7 +310,8 @@ class Profile:
         cost = self.costs.get(f"frontend:{kind}")
         if again:
             cost = self.costs.get(f"frontend:{kind}{AGAIN}", cost)
-        extra = 0.0 if cost is None else cost.time(nbytes, 0.0)
+        own = shown if kind == "print" and shown is not None else nbytes
+        extra = 0.0 if cost is None else cost.time(own, 0.0)
         if device_kind(device) != "gpu":
             return t3 + extra
         readback = self.links.get(READBACK)

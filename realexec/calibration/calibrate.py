@@ -201,11 +201,13 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
     fresh = raw["fresh"]
     # a program's first asnumpy, print or item is priced cold, a later one of its kind
     # ("frontend:<kind>:again") as it costs after a few ops (see host.fresh)
+    # (a print by the values it formats: a first one formats them at a later one's pace, so it
+    # keeps that pace and fits only its latency, its few points being all of one or two sizes)
     ready = raw["blockers"]["wait_to_read"]
-    costs.update(blocker_costs({**fresh["blockers"], "wait_to_read": ready}))
-    if "again" in fresh:
-        costs.update({f"{key}:again": cost for key, cost in
-                      blocker_costs({**fresh["again"], "wait_to_read": ready}).items()})
+    later = blocker_costs({**fresh["again"], "wait_to_read": ready}) if "again" in fresh else {}
+    pace = {"print": later["frontend:print"].bandwidth} if later else {}
+    costs.update(blocker_costs({**fresh["blockers"], "wait_to_read": ready}, pace))
+    costs.update({f"{key}:again": cost for key, cost in later.items()})
     # the round trip, measured early and late and averaged: this machine's wake-ups and cores
     # speed up and slow down for seconds at a time, and one measurement may catch either
     late = raw.get("roundtrip_late", raw["roundtrip"])

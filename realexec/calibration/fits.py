@@ -99,9 +99,10 @@ def _relative_error(cost: Cost, nbytes, seconds) -> float:
     return float(np.sum(squares[:-1]))
 
 
-def blocker_costs(measured: dict) -> dict[str, Cost]:
+def blocker_costs(measured: dict, pace: dict | None = None) -> dict[str, Cost]:
     """What asnumpy, print and item add to a wait on a ready array, fitted over sizes
-    (`measured`: blocker kind -> [(nbytes, seconds of the whole call)])."""
+    (`measured`: blocker kind -> [(nbytes, seconds of the whole call)]); a kind in `pace`
+    (kind -> bytes/s) keeps that bandwidth and fits only its latency (the median remainder)."""
     ready = dict(measured["wait_to_read"])
     base = min(ready.values())
     costs = {}
@@ -109,6 +110,10 @@ def blocker_costs(measured: dict) -> dict[str, Cost]:
         points = measured[kind]
         nbytes = np.array([b for b, _ in points], float)
         extra = np.array([max(secs - ready.get(b, base), 1e-9) for b, secs in points])
+        if pace and kind in pace:
+            rest = float(np.median(extra - nbytes / pace[kind]))
+            costs[f"frontend:{kind}"] = Cost(latency=max(0.0, rest), bandwidth=pace[kind])
+            continue
         columns = [np.ones(len(points))] + ([nbytes] if len(points) > 1 else [])
         costs[f"frontend:{kind}"] = cost_of(fit(np.stack(columns, axis=1), extra))
     return costs

@@ -20,7 +20,10 @@ runs a scenario of `asyncsim.lab.scenarios`.
   print of a small array costs several times a repeated one). Then each of them `again`, AGAIN
   times, each after a few ops: what a later blocker of the kind costs in the same program (a print
   of a small array after a dense layer's ops took 72-80 us here, the session's first 170-260,
-  one repeated back to back 50-70; 2-core AMD EPYC VM).
+  one repeated back to back 50-70; 2-core AMD EPYC VM); later prints also of PRINTED's small
+  arrays. A print's point is the bytes of the values it formats (`printed_bytes`): repeated back
+  to back, one of 2 float32 values took 26 us, 16 values 44, 64 values 120, 1000 values 1.6 ms,
+  and one of 2**12 to 2**21 values 31 us (summarised: 6 shown; same VM).
 - `blocked`: a backlog of `n` small ops (`x + 1.0` on `size` elements: a kernel of a microsecond
   or two, the kind of op whose per-op costs add up) drained by one worker while the others are
   held, once with the frontend asleep in a blocker on the last of them and once with it asleep
@@ -48,6 +51,7 @@ from time import perf_counter_ns
 
 import numpy as np
 
+from asyncsim.model.cost import printed_bytes
 from realexec.calibration.microbench import _Bench
 from realexec.calibration.steady import busy, central
 
@@ -122,6 +126,7 @@ def busy_frontend(bench: _Bench, n: int, repeats: int, size: int) -> tuple[float
 
 
 AGAIN = 4  # later calls of each blocker kind timed per fresh session
+PRINTED = (2, 16, 64)  # elements of the small arrays printed again, every value formatted
 
 
 def fresh(workers: int, sizes, rounds: int, warm: int = 5, pause: float = 0.0) -> dict:
@@ -154,23 +159,34 @@ def fresh(workers: int, sizes, rounds: int, warm: int = 5, pause: float = 0.0) -
                     start = perf_counter_ns()
                     call()
                     seconds = (perf_counter_ns() - start) * 1e-9
-                    cold[kind].append((4 if kind == "item" else 4 * n, seconds))
+                    cold[kind].append((_priced_bytes(kind, n), seconds))
                 # the same blockers again, each after a few ops (done, so that only the call is
                 # timed): a program's later prints, once its first has brought the code in (the
-                # second costs more than the ones after it: AGAIN of them, the median kept)
-                for kind in [k for k in later for _ in range(AGAIN)]:
-                    y, s = nd.relu(x * 2.0 + 1.0), one * 2.0 + 1.0
+                # second costs more than the ones after it: AGAIN of them, the median kept);
+                # prints also of PRINTED's small arrays, whose every value numpy formats
+                for kind, m in [(k, m) for _ in range(AGAIN) for k in later
+                                for m in ((n, *PRINTED) if k == "print" else (n,))]:
+                    base = x if m == n else nd.ones((m,))
+                    y, s = nd.relu(base * 2.0 + 1.0), one * 2.0 + 1.0
                     nd.waitall()
                     call = {"print": lambda: print(y, file=shown),  # noqa: B023
                             "asnumpy": y.asnumpy, "item": s.item}[kind]
                     start = perf_counter_ns()
                     call()
                     seconds = (perf_counter_ns() - start) * 1e-9
-                    later[kind].append((4 if kind == "item" else 4 * n, seconds))
+                    later[kind].append((_priced_bytes(kind, m), seconds))
     blockers = {kind: _medians(points) for kind, points in cold.items()}
     startup = max(0.0, float(np.median(np.array(firsts) - np.array(warms))))
     return {"startup": startup, "first": firsts, "warm": warms, "blockers": blockers,
             "again": {kind: _medians(points) for kind, points in later.items()}}
+
+
+def _priced_bytes(kind: str, n: int) -> int:
+    """The bytes a blocker of `kind` on `n` float32 elements is priced by: item's one element,
+    the values a print formats (`printed_bytes`), asnumpy's whole copy."""
+    if kind == "item":
+        return 4
+    return printed_bytes((n,), 4 * n) if kind == "print" else 4 * n
 
 
 def _medians(points) -> list:
