@@ -445,3 +445,14 @@ def _steps(trace) -> list[int]:
     not each instant: the model gives a run's bytes back in one sample, as the engine does)."""
     values = [nbytes for _, device, nbytes in trace.memory if device == "cpu"]
     return [v for i, v in enumerate(values) if v and (i == 0 or v != values[i - 1])]
+
+
+def test_calibration_scales_the_saving_to_t1s_pace():
+    """The take bursts run slower than t1's hot loop: their saving is taken off t1 at t1's pace
+    (scaled by t1 over the pool burst's time), and never scaled up."""
+    from realexec.calibration.calibrate import _take
+
+    raw = {"take": {"take": 1.4e-6, "kept": 2.0e-6, "pool": 3.4e-6}}
+    assert _take(raw, 2.9e-6) == pytest.approx(1.4e-6 * 2.9 / 3.4)
+    assert _take(raw, 4.0e-6) == pytest.approx(1.4e-6)
+    assert _take({"take": {"take": 0.0, "kept": 0.0, "pool": 0.0}}, 2.9e-6) == 0.0

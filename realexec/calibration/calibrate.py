@@ -56,7 +56,12 @@ a program with:
   against the same ops on a fixed input (`realexec.calibration.frees`);
 - `take`: what an issue saves when its output takes a result that a run of drops kept, from
   bursts of issues whose outputs take kept results against bursts whose outputs come from the
-  pool (`realexec.calibration.frees`);
+  pool (`realexec.calibration.frees`), at t1's pace: a burst of 64 right after a blocker runs
+  slower than t1's hot loop of the same op (3.4 us an op from the pool against 2.9 here), and
+  the saving taken off t1 in seconds must be the loop's, so it is scaled by t1 over the
+  pool burst's time (unscaled, the model priced 12.2.3's `y = x + 1` loop without a blocker
+  at 2.06 us an op where 2.50 was measured, which the kept burst's 2.0 and the drop's 0.49 add
+  up to; 2-core AMD EPYC VM);
 - `after_gemm`: how much slower streaming ops run right after a product on their worker, from a
   chain of elementwise ops behind a product against the same chain behind an elementwise op,
   the median of three rounds (`realexec.calibration.aftergemm`);
@@ -239,7 +244,7 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
                    mix=issuing.fit_mix(raw["mixed"]["ratios"]) if "mixed" in raw else 0.0,
                    reclaim=raw["reclaim"]["reclaim"] if native and "reclaim" in raw else 0.0,
                    drop_batch=DROP_BATCH if native else 0,
-                   take=raw["take"]["take"] if native and "take" in raw else 0.0,
+                   take=_take(raw, t1) if native and "take" in raw else 0.0,
                    after_gemm=raw.get("after_gemm", {}).get("after_gemm", 0.0),
                    t3_asleep=raw.get("t3_after_sleep", 0.0),
                    forget=caches.fit_forget(raw["forget"]) if "forget" in raw else 0.0,
@@ -316,6 +321,12 @@ def _gpu_name() -> str:
     from realexec.gpu.device import _device_name
 
     return "CUDA simulator" if gpu.on_simulator() else _device_name(0)
+
+
+def _take(raw: dict, t1: float) -> float:
+    """`take` at t1's pace (see the module docstring)."""
+    take = raw["take"]
+    return take["take"] * min(1.0, t1 / take["pool"]) if take["pool"] > 0 else take["take"]
 
 
 def calibrate(workers: int | None = None, quick: bool = False, cache: bool = True,
