@@ -49,9 +49,10 @@ def _loop(workload, profile, n) -> float:
 @given(n=st.integers(1, 40), cost=st.floats(1e-7, 2e-5))
 def test_each_push_after_a_dropped_buffers_op_finished_pays_reclaim(n, cost):
     """A chain of n ops after the first: the drop of each op's input waits for that op, which
-    finishes during the next issue; that push (every one but the first two) pays `reclaim`."""
+    finishes during the next issue; that push (every one but the first two) pays `reclaim`,
+    and the waitall at the end pays it for the last one's input."""
     extra = _loop(chain, _profile(cost), n) - _loop(chain, _profile(0.0), n)
-    assert extra == pytest.approx((n - 1) * cost, rel=1e-9, abs=1e-15)
+    assert extra == pytest.approx(n * cost, rel=1e-9, abs=1e-15)
 
 
 @pytest.mark.parametrize("workload", [fixed, chain])
@@ -67,8 +68,9 @@ def test_nothing_is_charged_where_the_engine_gives_nothing_back_late(workload):
 
 
 def test_a_blocker_gives_back_what_finished_during_its_wait():
-    """Buffers freed while the frontend waited in a blocker are given back there: the push after
-    it pays nothing for them."""
+    """Buffers freed while the frontend waited in a blocker are given back there, after its
+    wait, at `reclaim` each (realexec's blockers run the deletions then): the push after it
+    pays nothing for them."""
     def waited(nd):
         x = nd.ones((4,))
         nd.waitall()
@@ -80,8 +82,29 @@ def test_a_blocker_gives_back_what_finished_during_its_wait():
             w = x + 1  # noqa: F841
             nd.waitall()
 
-    with_cost = simulate(record(waited), _profile(5e-6)).regions["loop"]
-    assert with_cost == pytest.approx(simulate(record(waited), _profile(0.0)).regions["loop"])
+    def blocker_and_push(profile):
+        trace = simulate(record(waited), profile)
+        wait, = [s for s in trace.spans_of("frontend", "wait") if s.name == "wait_to_read"]
+        push = [s for s in trace.spans_of("frontend", "issue") if s.name != "free"][-1]
+        return wait.duration, push.duration
+
+    (wait, push), (bare_wait, bare_push) = (blocker_and_push(_profile(r)) for r in (5e-6, 0.0))
+    assert wait == pytest.approx(bare_wait + 5e-6)
+    assert push == pytest.approx(bare_push)
+
+
+def test_a_blocker_asleep_past_its_polls_pays_only_for_what_finished_after_the_last():
+    """Asleep in a long wait, the engine looks every `FREE_POLL` and gives back what finished
+    by then, off the critical path; only a buffer released after its last look costs the
+    blocker `reclaim`. A chain of four 0.7 ms ops after the first, issued before any ends: the
+    waitall (no spin) looks at 1, 2 and 3 ms; the inputs go back at 1.4, 2.1 and 2.8 ms
+    (during it) and 3.5 ms (after the last look): one paid."""
+    long = _profile(5e-6).replace(**{"cpu:*.latency": 0.7e-3, "spin": 0.0})
+    extra = _loop(chain, long, 4) - _loop(chain, long.replace(reclaim=0.0), 4)
+    assert extra == pytest.approx(5e-6)
+    spinning = long.replace(spin=5e-3)  # a spin past the whole wait: no looks, all four paid
+    extra = _loop(chain, spinning, 4) - _loop(chain, spinning.replace(reclaim=0.0), 4)
+    assert extra == pytest.approx(4 * 5e-6)
 
 
 def test_calibration_measures_a_chain_whose_drops_wait():

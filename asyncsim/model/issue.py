@@ -29,9 +29,12 @@ The frontend walks `program.instrs`, one SimPy generator:
   realexec's frontend does: `realexec.cpu.drops`); such an op's issue costs `profile.take`
   less (its price was timed with outputs from the pool). With
   a compiled engine (`profile.native`), when an op that was the last to touch a dropped var has
-  finished since the last push, the next push pays `profile.reclaim` at its end (realexec's
-  looks at its pending deletions as it pushes, after the frontend's Python, and gives the
-  buffer back there; a blocker does within its wait);
+  finished since the last push, the next push pays `profile.reclaim` for each at its end
+  (realexec's looks at its pending deletions as it pushes, after the frontend's Python, and
+  gives the buffers back there); a blocker pays it for each after its wait, except those it
+  gave back while asleep past its spin, looking every `FREE_POLL` (`_given_back_after`: a
+  chain of 100 small products dropping each result ended its waitall 70-120 us after its last
+  op, ~0.8 us a buffer; 2-core AMD EPYC VM);
   `Mark` opens or closes a benchmark region and notes how many memory samples precede it
   (`mark_samples`: label, begin, index into the memory samples).
 
@@ -68,6 +71,9 @@ DROP_BYTES = 4096
 DROP_BATCH = 32
 CELL = "cell"  # the Sync kind of a notebook cell boundary (`nd.cell()`)
 MIX_WINDOW = 16  # ops issued: the window whose kinds `Profile.mix` counts
+# seconds between a sleeping blocker's looks at the deletions waiting for their ops (realexec's
+# native engine wakes this often to give back the memory of those done)
+FREE_POLL = 1e-3
 
 
 class RecentKinds:
@@ -117,11 +123,12 @@ class FrontendProcess:
                         self.pinned.add(ins.out)  # a copy from a GPU: deleted alone, as realexec
                 yield timeout(issue_cost)
                 # buffers whose ops finished after their drop, since the last push: the engine
-                # gives them back as it pushes (`profile.reclaim`)
+                # gives them back as it pushes (`profile.reclaim` each)
                 if self.unclaimed:
-                    self.unclaimed = 0
+                    given = len(self.unclaimed)
+                    self.unclaimed.clear()
                     if profile.native and profile.reclaim:
-                        yield timeout(profile.reclaim)
+                        yield timeout(profile.reclaim * given)
                 if host is None:
                     position = self._push(ins, queue)
                 else:  # the push may wake an idle worker, which the frontend pays for
@@ -154,7 +161,7 @@ class FrontendProcess:
                     if host is not None:
                         asleep = host.asleep
                         host.frontend_woke()
-                self.unclaimed = 0  # a blocker gives them back within its wait
+                given = self._given_back_after(start)
                 if ins.kind == CELL:  # a user between notebook cells: no blocker returns
                     spans.append(Span("frontend", CELL, -1, start, env.now, "wait"))
                     continue
@@ -165,7 +172,8 @@ class FrontendProcess:
                     nbytes, device = var.nbytes, var.device
                     shown = printed_bytes(var.shape, nbytes)
                 yield timeout(profile.blocker(ins.kind, nbytes, device, event is not None,
-                                              asleep, again=ins.kind in seen, shown=shown))
+                                              asleep, again=ins.kind in seen, shown=shown)
+                              + given * profile.reclaim)
                 seen.add(ins.kind)
                 spans.append(Span("frontend", ins.kind, -1, start, env.now, "wait"))
             elif kind is Free:
@@ -358,6 +366,21 @@ class FrontendProcess:
         if self.tracker.push(position, op.reads, (op.out,)):
             self._dispatch(position)
         return position
+
+    def _given_back_after(self, start: float) -> int:
+        """How many of the buffers released since the last push (`unclaimed`) a blocker that
+        began at `start` gives back once its wait is over, at `profile.reclaim` each: those
+        released since the last of its polls; asleep past its spin (`profile.spin`), it looks
+        every `FREE_POLL` and gives back what it finds meanwhile, off the critical path (as
+        realexec's `_wait` does). The list is emptied: the rest went back during the wait."""
+        unclaimed, profile = self.unclaimed, self.profile
+        if not unclaimed:
+            return 0
+        waited = self.env.now - start - profile.spin
+        last_poll = start + profile.spin + (waited // FREE_POLL) * FREE_POLL
+        given = len(unclaimed) if waited < FREE_POLL else sum(t > last_poll for t in unclaimed)
+        unclaimed.clear()
+        return given if profile.native else 0
 
     def _wait_for(self, var):
         """The event a blocker on `var` (None: waitall) waits for, or None if nothing is pending."""

@@ -125,9 +125,9 @@ class _Model(FrontendProcess):
         self.low, self.finished_above, self.table_wait = 0, set(), None
         self.touching: dict = {}  # var -> count of unfinished ops that read or write it
         self.freed: set = set()  # vars dropped by the frontend but still touched
-        # buffers of dropped vars released since the frontend's last push: the compiled engine
-        # gives them back at its next one (`profile.reclaim`)
-        self.unclaimed = 0
+        # when each buffer of a dropped var was released since the frontend's last push or
+        # blocker: the compiled engine gives them back there (`profile.reclaim` each)
+        self.unclaimed: list[float] = []
         # small dropped vars whose deletion waits for a run of them (`profile.drop_batch`)
         self.drops: list | None = [] if profile.native and profile.drop_batch else None
         self.pinned: set = set()  # (with drops) cpu vars that copies from a GPU wrote
@@ -215,7 +215,7 @@ class _Model(FrontendProcess):
                     self.freed.remove(var)
                     self._release(var)
                     released += 1
-                    self.unclaimed += 1
+                    self.unclaimed.append(self.env.now)
         event = self.done_events.pop(position, None)
         if event is not None:
             event.succeed()

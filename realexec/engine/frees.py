@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import heapq
 
+from asyncsim.model.issue import FREE_POLL
 from realexec.engine import table as t
 from realexec.engine.deps import Failure
 
 # a blocker waiting while deleted vars wait for their ops wakes this often, to give back what is
 # done (waking at every op finished instead took the GIL between every two ops of a worker's
-# Python run: 8.1's imperative MLP ran 4x slower)
-FREE_POLL_NS = 1_000_000
+# Python run: 8.1's imperative MLP ran 4x slower); the model prices the looks with the same
+FREE_POLL_NS = round(FREE_POLL * 1e9)
 _RESCAN = 32  # finished ops between two looks at every pending deletion (`_run_frees`) ...
 _SHARE = 16  # ... and at least a 16th as many as are pending: at most 16 looks per finished op
 
