@@ -285,10 +285,13 @@ class EngineBackend(GpuBackend, DroppedResults):
             self.engine.wait_for_var(ev)
             if type(ev) is StreamVar:
                 if ev.name != "cpu":
-                    return self._read_gpu(kind, ev)
+                    data = self._read_gpu(kind, ev)
+                    return str(data) if kind == "print" else data
                 host_wait(ev)
             if kind == "asnumpy":
                 return ev.data.copy()
+            if kind == "print":  # formatted inside the wait span, as the model draws a print
+                return str(ev.data)
             return None if kind == "wait_to_read" else ev.data
         finally:
             end = perf_counter_ns()

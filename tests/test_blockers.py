@@ -106,6 +106,28 @@ def test_values_read_by_blockers():
         assert "NDArray 2x3" in repr(x) and "5." in repr(x)
 
 
+def test_a_prints_wait_span_covers_its_formatting():
+    """The "print" wait span ends after numpy has formatted the values, as the model draws a
+    print's wait (t3 and the formatting in one span): every call of the formatter falls inside
+    it."""
+    from time import perf_counter_ns
+
+    called = []
+
+    def formatter(value):
+        called.append(perf_counter_ns())
+        return f"{value:.1f}"
+
+    with realexec.session(workers=2) as nd:
+        x = nd.ones((2, 3)) * 2.0
+        with np.printoptions(formatter={"float": formatter}):
+            text = repr(x)
+        (start, end), = [(e[4], e[5]) for e in nd._backend.engine.log
+                         if e[:3] == ("frontend", "wait", "print")]
+    assert "2.0" in text and len(called) >= 6
+    assert start <= min(called) and max(called) <= end
+
+
 def test_waitall_waits_for_every_op():
     """waitall ends after every exec span of ops issued before it."""
     def work(nd):

@@ -237,7 +237,8 @@ def long_wake(bench: _Bench, n: int, seconds: float = 0.01) -> float:
 
 def blockers(bench: _Bench, sizes, repeats: int) -> dict:
     """Frontend seconds of a whole blocker call on a ready array of each size (its Python work
-    outside the wait span included: print formats after the wait): kind -> [(nbytes, seconds)]."""
+    outside the wait span included, such as `NDArray.__repr__`'s own): kind -> [(nbytes,
+    seconds)]."""
     nd = bench.nd
     out: dict = {"wait_to_read": [], "asnumpy": [], "print": [], "item": []}
 
