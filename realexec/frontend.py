@@ -283,16 +283,16 @@ class EngineBackend(GpuBackend, DroppedResults):
                 return None
             ev = self.vars[var]
             self.engine.wait_for_var(ev)
-            if type(ev) is StreamVar:
-                if ev.name != "cpu":
-                    data = self._read_gpu(kind, ev)
-                    return str(data) if kind == "print" else data
-                host_wait(ev)
-            if kind == "asnumpy":
-                return ev.data.copy()
-            if kind == "print":  # formatted inside the wait span, as the model draws a print
-                return str(ev.data)
-            return None if kind == "wait_to_read" else ev.data
+            if type(ev) is StreamVar and ev.name != "cpu":
+                data = self._read_gpu(kind, ev)  # a host copy (None for wait_to_read)
+            else:
+                if type(ev) is StreamVar:
+                    host_wait(ev)
+                if kind == "wait_to_read":
+                    return None
+                data = ev.data.copy() if kind == "asnumpy" else ev.data
+            # a print is formatted inside the wait span, as the model draws it
+            return str(data) if kind == "print" else data
         finally:
             end = perf_counter_ns()
             self.engine.log.append((FRONTEND, "wait", kind, -1, start, end))

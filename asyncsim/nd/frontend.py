@@ -9,7 +9,9 @@ it to a *backend*:
 - `asyncsim.record.Recorder` appends it to a `Program` (no data);
 - `realexec.frontend.EngineBackend` pushes it to the real engine.
 
-A backend implements `issue(op, out_var, host)`, `sync(kind, var)`, `free(var)`,
+A backend implements `issue(op, out_var, host)`, `sync(kind, var)` (what the blocker hands back:
+asnumpy a copy of the values, item and print the values, print formatted as text, so that a real
+backend's wait covers the formatting, as the model prices and draws a print), `free(var)`,
 `mark(label, begin)` and `check_device(device)`. Frees follow CPython reference counting: when
 the last Python handle to an array goes, `NDArray.__del__` tells the backend, in program order.
 A backend may also have `issue_same(op_id, name, reads, var, shape, dtype, device, attrs,

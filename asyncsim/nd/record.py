@@ -65,7 +65,8 @@ class Recorder:
         v = self.program.vars[var]
         # zeros of the right shape that take no memory (a read-only view of one zero): the
         # recorder must not allocate what a real run would, however large the array
-        return np.broadcast_to(np.zeros((), dtype=v.dtype), v.shape)
+        zeros = np.broadcast_to(np.zeros((), dtype=v.dtype), v.shape)
+        return str(zeros) if kind == "print" else zeros
 
     def free(self, var: int) -> None:
         if not self.closed:
