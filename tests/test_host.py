@@ -1,6 +1,7 @@
 """The host's contention in the model (asyncsim.model.host): waking idle workers, the GIL and its
-switch interval, releases, crowding of memory-bound kernels, cores shared with a spinning frontend,
-the blockers' own costs, and costs whose bytes outgrow a cache -- each off unless a profile asks."""
+switch interval, releases, crowding of memory-bound kernels, cores shared by the threads that
+want them, the blockers' own costs, and costs whose bytes outgrow a cache -- each off unless a
+profile asks."""
 
 from __future__ import annotations
 
@@ -136,22 +137,28 @@ def test_crowding_stretches_kernels_that_run_together():
     assert runs[1].duration == _exact(bytes_time)
 
 
-def test_an_issuing_frontend_keeps_a_core_from_a_second_worker_and_a_blocked_one_gives_it_up():
-    """Two workers on two cores, four 1 ms ops issued 0.5 ms apart. While the frontend issues
-    it holds a core, so an op ready then waits for one; once it blocks in waitall the second
-    worker gets that core, whether the frontend sleeps there at once (spin 0) or spins for 2 ms
-    (realexec's engine steers a worker onto the blocker's core as its wait starts): 3.5 ms in
-    all, where one worker running all four would take 4.5 ms. With three cores the ops start at
-    once: 3.0 ms."""
+def test_a_frontend_and_two_busy_workers_share_two_cores_and_a_blocked_frontend_leaves_them():
+    """Two workers on two cores, four 1 ms ops issued 0.5 ms apart. Once the second op starts,
+    three threads want the two cores and each runs at 2/3 speed: the second op takes 1.5 ms, the
+    third and fourth issues 0.75 ms each. When the frontend blocks in waitall (asleep at once,
+    or spinning: realexec's blocker spins only on a core free of busy workers) the workers run
+    at full speed again. The work is conserved: 3.5 ms in all, as if the frontend had kept its
+    core and the second worker had waited for one, where one worker running all four would
+    take 4.5 ms. With three cores nothing is shared: 3.0 ms."""
     t1, t2 = 5e-4, 1e-3
     profile = _profile(workers=2, cores=2, t1=t1, t3=0.0, dispatch=1e-9, spin=0.0,
                        costs={"cpu:*": Cost(latency=t2)})
-    asleep = predict(burst, profile, n=4).regions["burst"]
+    trace = predict(burst, profile, n=4)
     spinning = predict(burst, profile.replace(spin=2e-3), n=4).regions["burst"]
     three = predict(burst, profile.replace(cores=3, spin=2e-3), n=4).regions["burst"]
-    assert asleep == pytest.approx(7 * t1, abs=1e-8)  # dispatch (1 ns) aside
+    assert trace.regions["burst"] == pytest.approx(7 * t1, abs=1e-8)  # dispatch (1 ns) aside
     assert spinning == pytest.approx(7 * t1, abs=1e-8)
     assert three == pytest.approx(6 * t1, abs=1e-8)
+    adds = sorted((s for s in trace.spans_of(kind="exec") if s.name == "add_scalar"),
+                  key=lambda s: s.op_id)
+    assert [s.duration / t2 for s in adds] == pytest.approx([1.25, 1.5, 1.25, 1.0], abs=1e-5)
+    issues = sorted(trace.spans_of("frontend", "issue"), key=lambda s: s.op_id)[1:]
+    assert [s.duration / t1 for s in issues] == pytest.approx([1.0, 1.0, 1.5, 1.5], abs=1e-5)
 
 
 def test_a_blocker_adds_its_frontend_cost_on_the_bytes_it_returns():

@@ -23,18 +23,17 @@ what the book's closed forms assume. With a Host:
   it holds. Each op finished then costs its worker `recheck` more (measured whole, on a backlog
   of small ops).
 - the GIL (`profile.gil` > 0; `handover`, `switch`): CPython's rules, in `asyncsim.model.gil`.
-- cores, when `profile.cores` < workers + 1: the frontend occupies a core while it runs, and
-  gives it up when it blocks. It spins first (`profile.spin`), calling sched_yield, and a woken
-  worker did not get that core while the OS left it queued behind a busy worker (two workers
-  drained 17 us kernels no faster than one while the frontend spun in wait_all); realexec's
-  engine now steers such a worker onto the blocker's core as the wait starts, and ten
-  independent 256x256 products ran in 0.52x the time of ten chained ones, all within the
-  2 ms spin (the model, with the frontend keeping its core through the spin: 0.99x). A CPU
-  worker occupies a core from starting an
-  op until it finds no next op. A worker starts an op only on a free core (first come, first
-  served); the frontend never waits for one.
-  This is a non-preemptive reading of the OS scheduler: right for ops shorter than its time
-  slice (ms), and it conserves the work done per core for longer ones.
+- cores, when `profile.cores` < workers + 1 (`asyncsim.model.cores`): the threads that want to
+  run share the cores, each of n at `cores / n` of a core's speed once n exceeds them, as the
+  operating system's scheduler shares them over an op's time. The frontend wants one while it
+  issues, and gives it up when it blocks (realexec's blocker spins only while a core is free of
+  busy workers, and its engine steers a worker kept behind a busy one onto the blocker's core:
+  ten independent 256x256 products ran in 0.52x the time of ten chained ones within the 2 ms
+  spin); a worker wants one from starting an op until it finds no next op, except while it
+  waits for the GIL. Work is conserved, so a program's total moves little with the rule; where
+  it shows is in who is slowed: `record_no_barrier` issued its first 50 batches beside two
+  busy workers in 10.2-11.5 ms, where the rule before (the frontend's core its own, a worker
+  waiting for a free one) said 7.0-7.6 and sharing says 11.4 (2-core AMD EPYC VM).
 - crowding (a CPU cost with `crowd` > 0, memory-bound kernels, and convolutions, whose cost
   has no bytes term: their flops time stands for it): when such a kernel starts, each
   other crowding kernel running at that moment stretches its bytes time by `crowd` (two cores
@@ -61,6 +60,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from asyncsim.model.cores import Cores
 from asyncsim.model.gil import Gil
 from asyncsim.model.places import Places
 from asyncsim.nd.ops import COMPILED
@@ -113,31 +113,6 @@ class WakeQueue:
         return self.idle_spin > 0 and self.env.now - self.sleepers[-1][1] < self.idle_spin
 
 
-class Cores:
-    """`count` cores. The frontend holds one from the start (and takes one back when it wakes,
-    even over the count); workers queue for one."""
-
-    def __init__(self, env, count: int):
-        self.env, self.count = env, count
-        self.used = 1
-        self.waiting: deque = deque()
-
-    def take(self):
-        """None when a core is taken now, else the event of its turn."""
-        if self.used < self.count:
-            self.used += 1
-            return None
-        event = self.env.event()
-        self.waiting.append(event)
-        return event
-
-    def give(self) -> None:
-        self.used -= 1
-        while self.waiting and self.used < self.count:
-            self.used += 1
-            self.waiting.popleft().succeed()
-
-
 class Host:
     """The contention state of one simulation run (`model` is simulate's `_Model`)."""
 
@@ -168,6 +143,13 @@ class Host:
         self.compiled: list[bool] = []  # position -> run by a compiled worker, without the GIL
         self.places = Places(profile, model.caches)  # what an op's worker adds to its cost
         self.queue = WakeQueue(self.env, self.idle_spin)  # every CPU device's ready ops
+
+    def spend(self, seconds: float):
+        """Generator: `seconds` of a runnable thread's work, at its share of the cores."""
+        if self.cores is not None:
+            yield from self.cores.work(seconds)
+        else:
+            yield self.env.timeout(seconds)
 
     @property
     def wakes(self) -> int:
@@ -207,7 +189,7 @@ class Host:
         self.waiting = True
         self.blocked = event
         if self.cores is not None:
-            self.cores.give()
+            self.cores.leave()
         if self.spin:
             self.env.timeout(self.spin).callbacks.append(lambda _: self._sleep(event))
         else:
@@ -223,14 +205,14 @@ class Host:
         if not self.waiting:
             return
         if self.cores is not None:
-            self.cores.used += 1  # its core again, even over the count
+            self.cores.join()
         self.spinning = not self.asleep
         self.waiting = self.asleep = False
 
     def frontend_done(self) -> None:
         if self.cores is not None and not self.waiting:
             self.waiting = True
-            self.cores.give()
+            self.cores.leave()
 
     def frontend_blocked(self) -> bool:
         """The frontend waits in a blocker: each op a worker finishes tests the blocker's
@@ -245,29 +227,27 @@ class Host:
         spans, ops, parts, finish = model.spans, model.ops, self.parts, model._finish
         timeout, gil, hold, cores = env.timeout, self.gil, self.hold, self.cores
         places = self.places
-        core, sync = False, self.sync
+        runnable, sync, spend = False, self.sync, self.spend
         while True:
             if not items:
                 if gil is not None:  # blocked in the queue's get: the GIL goes
                     gil.release(lane)
-                if core:
-                    cores.give()
-                    core = False
+                if runnable:
+                    cores.leave()
+                    runnable = False
                 while not items:  # asleep until a put wakes us; awake a wake-up later
                     event = env.event()
                     queue.sleepers.append((event, env.now))
                     spinning = yield event
                     if self.dispatch and not spinning:
                         yield timeout(self.dispatch)
-            if cores is not None and not core:
-                turn = cores.take()
-                if turn is not None:
-                    yield turn
-                core = True
+            if cores is not None and not runnable:
+                cores.join()
+                runnable = True
             if gil is not None and items and not self.compiled[items[0]]:
                 turn = gil.take(lane)  # held already after the last op, unless asked to drop it
                 if turn is not None:
-                    yield turn
+                    yield from self.unscheduled(turn)
             if not items:  # read with the GIL and on a core: another worker emptied it meanwhile
                 continue
             position = items.popleft()
@@ -281,24 +261,24 @@ class Host:
                 continue
             start = env.now
             if latency:  # the call into the kernel, with the GIL
-                yield timeout(latency)
+                yield from spend(latency)
             if gil is not None:
                 if self.wake and gil.signals(lane):
                     # CPython signals the waiter inside the release, under the GIL's own mutex:
                     # no thread can take the GIL until the signal is sent
-                    yield timeout(self.wake)
+                    yield from spend(self.wake)
                 gil.release(lane)
             if crowd:
                 stretch = 1.0 + crowd * self.crowding
                 self.crowding += 1
-                yield timeout(by_bytes * stretch + by_flops)
+                yield from spend(by_bytes * stretch + by_flops)
                 self.crowding -= 1
             elif by_bytes or by_flops:
-                yield timeout(by_bytes + by_flops)
+                yield from spend(by_bytes + by_flops)
             if gil is not None:  # the kernel returns into Python: the GIL again
                 turn = gil.take(lane)
                 if turn is not None:
-                    yield turn
+                    yield from self.unscheduled(turn)
             op = ops[position]
             spans.append(Span(lane, op.name, op.id, start, env.now, model.kinds[position]))
             if places.after_gemm:
@@ -314,7 +294,16 @@ class Host:
             if self.recheck and self.frontend_blocked():
                 after += self.recheck  # a blocked frontend tests its condition meanwhile
             if after:
-                yield timeout(after)
+                yield from spend(after)
+
+    def unscheduled(self, event):
+        """Generator: a runnable thread waits for `event` (the GIL), off the cores meanwhile."""
+        if self.cores is None:
+            yield event
+            return
+        self.cores.leave()
+        yield event
+        self.cores.join()
 
     def _compiled(self, lane: str, position: int, latency: float, by_bytes: float,
                   by_flops: float, crowd: float):
@@ -325,10 +314,10 @@ class Host:
         if crowd:
             seconds = latency + by_bytes * (1.0 + crowd * self.crowding) + by_flops
             self.crowding += 1
-            yield env.timeout(seconds)
+            yield from self.spend(seconds)
             self.crowding -= 1
         else:
-            yield env.timeout(latency + by_bytes + by_flops)
+            yield from self.spend(latency + by_bytes + by_flops)
         op = model.ops[position]
         model.spans.append(Span(lane, op.name, op.id, start, env.now, model.kinds[position]))
         if self.places.after_gemm:
@@ -339,4 +328,4 @@ class Host:
         self.queue.keeper = False
         after = (self.wakes - wakes) * self.wake
         if after:
-            yield env.timeout(after)
+            yield from self.spend(after)

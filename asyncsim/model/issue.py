@@ -101,6 +101,7 @@ class FrontendProcess:
     def _frontend(self):
         env, spans, profile, gil, host = self.env, self.spans, self.profile, self.gil, self.host
         timeout = env.timeout
+        spend = host.spend if host is not None else self._spend
         seen = set()  # the blocker kinds already run: a later one of a kind is priced `again`
         for ins in self.program.instrs:
             kind = type(ins)
@@ -121,21 +122,21 @@ class FrontendProcess:
                         issue_cost = max(0.0, issue_cost - profile.take)
                     if self.drops is not None and from_gpu:
                         self.pinned.add(ins.out)  # a copy from a GPU: deleted alone, as realexec
-                yield timeout(issue_cost)
+                yield from spend(issue_cost)
                 # buffers whose ops finished after their drop, since the last push: the engine
                 # gives them back as it pushes (`profile.reclaim` each)
                 if self.unclaimed:
                     given = len(self.unclaimed)
                     self.unclaimed.clear()
                     if profile.native and profile.reclaim:
-                        yield timeout(profile.reclaim * given)
+                        yield from spend(profile.reclaim * given)
                 if host is None:
                     position = self._push(ins, queue)
                 else:  # the push may wake an idle worker, which the frontend pays for
                     wakes = host.wakes
                     position = self._push(ins, queue)
                     if host.wake and host.wakes > wakes:
-                        yield timeout(host.wake)
+                        yield from spend(host.wake)
                 # a wait for the engine's table is part of the push, as realexec times it
                 spans.append(Span("frontend", ins.name, ins.id, began if full else start, env.now,
                                   "issue"))
@@ -171,9 +172,9 @@ class FrontendProcess:
                     var = self.program.vars[ins.var]
                     nbytes, device = var.nbytes, var.device
                     shown = printed_bytes(var.shape, nbytes)
-                yield timeout(profile.blocker(ins.kind, nbytes, device, event is not None,
-                                              asleep, again=ins.kind in seen, shown=shown)
-                              + given * profile.reclaim)
+                yield from spend(profile.blocker(ins.kind, nbytes, device, event is not None,
+                                                 asleep, again=ins.kind in seen, shown=shown)
+                                 + given * profile.reclaim)
                 seen.add(ins.kind)
                 spans.append(Span("frontend", ins.kind, -1, start, env.now, "wait"))
             elif kind is Free:
@@ -184,7 +185,7 @@ class FrontendProcess:
                     if gil is not None:
                         yield from self._take_gil()
                     start = env.now
-                    yield timeout(price)
+                    yield from spend(price)
                     spans.append(Span("frontend", "free", -1, start, env.now, "issue"))
                 if small:
                     drops.append(ins.var)
@@ -207,7 +208,7 @@ class FrontendProcess:
                 if cost is not None and cost.latency:
                     if gil is not None:
                         yield from self._take_gil()
-                    yield timeout(cost.latency)
+                    yield from spend(cost.latency)
         if self.drops or self.stash:  # realexec's trace and close hand the last ones over
             self._delete_drops()
         if gil is not None:
@@ -282,12 +283,16 @@ class FrontendProcess:
         if host is not None:
             host.frontend_woke()
 
+    def _spend(self, seconds: float):
+        """Generator: `seconds` of the frontend's work, on a host without contention."""
+        yield self.env.timeout(seconds)
+
     def _take_gil(self):
         """The frontend takes the GIL before running Python (only when the profile models it)."""
         held = self.gil.take(FRONTEND, self.host.spinning)
         self.host.spinning = False
         if held is not None:
-            yield held
+            yield from self.host.unscheduled(held)
 
     def _prepare(self, op: Op) -> tuple[float, object]:
         """Price `op` and pick its lane queue (cached per op name, devices and geometry); return
