@@ -192,7 +192,7 @@ def collect(args, force: bool) -> list:
     workers = profile.workers
     us = {k: f"{getattr(profile, k) * 1e6:.1f} us" for k in
           ("t1", "t3", "free", "reclaim", "take", "dispatch", "wake", "gil", "release", "recheck",
-           "startup", "handover")}
+           "startup", "first_kind", "handover")}
     print(f"machine: {machine()}")
     background = profile.meta.get("measurements", {}).get("background load", float("nan"))
     print(f"profile: {profile.name}, calibrated {profile.meta.get('date')}, {workers} workers "

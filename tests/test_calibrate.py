@@ -22,6 +22,7 @@ import asyncsim
 from asyncsim import Profile, autograd, gluon
 from asyncsim.model.profile import Cost
 from asyncsim.nd.ops import OPS
+from realexec.calibration.steady import central
 from realexec.engine.core import default_workers
 
 # the module: the package's `realexec.calibrate` attribute is the function
@@ -356,6 +357,8 @@ def test_quick_profile_has_the_host_values_and_refits_to_itself(quick_profile):
     the broadcasting costs; `refit` derives the same profile from the measurements it keeps."""
     p = quick_profile
     assert 0.0 <= p.startup < 0.1 and 0.0 <= p.recheck < 1e-3
+    assert p.first_kind == max(0.0, central(p.meta["measurements"]["fresh"]["first_kinds"]))
+    assert 0.0 <= p.first_kind < 1e-3
     assert 0.0 < p.handover < p.switch
     assert {"cpu:broadcast", "frontend:broadcast"} <= set(p.costs)
     assert p.blocker("print", 64) > p.t3

@@ -333,6 +333,24 @@ def test_the_first_op_of_a_fresh_engine_costs_startup():
     assert predict(two_ops, profile).regions["two"] == _exact(startup + t1 + 2 * t2 + t3)
 
 
+def test_the_first_issue_of_each_later_op_name_costs_first_kind():
+    """Beyond the first op (startup), each op name's first issue adds first_kind and its later
+    issues do not: ones, add_scalar, add_scalar, mul, mul pay 0, k, 0, k, 0."""
+    def kinds(nd):
+        a = nd.ones((4,))
+        b = a + 1
+        c = b + 1
+        d = c * c
+        return d * d
+
+    t1, startup, first = 1e-5, 3e-4, 4e-5
+    profile = Profile.ideal(t1=t1).replace(startup=startup, first_kind=first)
+    assert Profile.ideal().first_kind == 0.0 and not profile.contended
+    issues = sorted(predict(kinds, profile).spans_of("frontend", "issue"), key=lambda s: s.op_id)
+    assert [s.duration for s in issues] == [_exact(t1 + startup), _exact(t1 + first), _exact(t1),
+                                            _exact(t1 + first), _exact(t1)]
+
+
 def _waking(**kv) -> Profile:
     # a wake-up (dispatch) longer than the waker's cost, so the worker that finished an op takes
     # the next one itself before the one it woke arrives, and shorter than an op, so that one

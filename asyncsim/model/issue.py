@@ -43,8 +43,11 @@ it has no rule); a binary op whose operands differ in shape (`ops.BROADCASTING`)
 profile's "broadcast" costs where it has them; times 1 + mix (1 - 1/k) with k the kinds of op
 among the last `MIX_WINDOW` issued (`profile.mix`, 0: off), except an op its phase prices
 (backward's, a Trainer's). An op on a GPU costs the frontend
-`profile.gpu_issue` more, and the first op issued `profile.startup` more (a fresh engine: code
-and threads that never ran). Prices are cached per op name, devices and broadcasting.
+`profile.gpu_issue` more, the first op issued `profile.startup` more (a fresh engine: code
+and threads that never ran), and the first of each later op name `profile.first_kind` more (its
+kind's own code, cold: in fresh sessions after a quarter second of busy cores, a first `x * x`
+took 26 us more than the next, a first relu, sum or product 9-11 us, a first `x + 2` after
+them 3 us; 2-core AMD EPYC VM). Prices are cached per op name, devices and broadcasting.
 
 Assumptions: `FrontendProcess` is a mixin of `asyncsim.simulate._Model` and reads and updates the
 state that model's `__init__` creates (the per-position lists, the tracker, lanes, slots, the
@@ -337,6 +340,9 @@ class FrontendProcess:
             cost += self.profile.gpu_issue
         if len(self.ops) == 1:  # the first push into a fresh engine
             cost += self.profile.startup
+        elif op.name not in self.names_issued:  # its kind's own code, cold
+            cost += self.profile.first_kind
+        self.names_issued.add(op.name)
         return cost, queue
 
     def _broadcast(self, op: Op) -> bool:

@@ -47,9 +47,10 @@ A Profile says
   when an op it finishes frees a dropped buffer; `recheck`, what a worker adds per op while the
   frontend sleeps in a blocker waiting for it (it tests the blocker's condition); `startup`,
   what the first op of a fresh engine adds to the frontend (code and threads that never ran:
-  cold caches, first wake-ups); `handover`, the seconds a thread asleep on the GIL takes to run
-  once the GIL is let go (0: `dispatch`, as a queue's wake-up): the woken thread takes the GIL
-  then only if it is still free; `switch`, CPython's switch interval
+  cold caches, first wake-ups); `first_kind`, what the first issue of each later op name adds
+  (that kind's own frontend code, cold); `handover`, the seconds a thread asleep on the GIL
+  takes to run once the GIL is let go (0: `dispatch`, as a queue's wake-up): the woken thread
+  takes the GIL then only if it is still free; `switch`, CPython's switch interval
   (`sys.getswitchinterval()`): how long a thread waits for the GIL before the holder must hand
   it over; `spin`, how long a blocker spins before it sleeps (a frontend whose wait
   ends within it is awake and takes a released GIL at once); `cores`, which matters when fewer
@@ -115,7 +116,7 @@ from asyncsim.nd.ops import BROADCASTING, OPS
 
 _SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int, "gpus": int,
             "free": float, "dispatch": float, "wake": float, "gil": float, "release": float,
-            "switch": float, "spin": float, "recheck": float, "startup": float,
+            "switch": float, "spin": float, "recheck": float, "startup": float, "first_kind": float,
             "handover": float, "gpu_issue": float, "gpu_wait": float, "gpu_settle": float,
             "pageable": int, "rss_keep": float, "native": int, "idle_spin": float,
             "table": int, "llc": float, "dram": float, "mix": float, "reclaim": float,
@@ -144,6 +145,9 @@ class Profile:
     spin: float = 0.0
     recheck: float = 0.0
     startup: float = 0.0
+    # what the first issue of each op name after the program's first op adds (the frontend's
+    # code for that kind of op cold; the first op pays `startup`, which covers its own)
+    first_kind: float = 0.0
     handover: float = 0.0
     gpu_issue: float = 0.0
     gpu_wait: float = 0.0

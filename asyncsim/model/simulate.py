@@ -111,6 +111,7 @@ class _Model(FrontendProcess):
         self.rules: dict = {}  # (op name, device, source device) -> pricing and lane
         # the kinds of op issued lately, where issuing kinds in turn costs more (`profile.mix`)
         self.kinds_issued = RecentKinds(profile.mix) if profile.mix else None
+        self.names_issued: set = set()  # op names issued so far (`profile.first_kind`)
         self.done_events: dict = {}  # position -> Event a blocker waits on
         self.stream_ready: set = set()  # stream ops whose dependencies are met
         self.stream_waits: dict = {}  # position -> Event its stream waits on

@@ -19,7 +19,8 @@ a program with:
   the first of its kind in a fresh session (cold code, as the chapters' once-per-region calls),
   and "frontend:<kind>:again" the same called again after a few ops (a program's later ones);
   `t3_asleep`: the same wake-up for a blocker that waited past its spin and fell asleep;
-- `startup`: what a fresh engine's first op round trip takes beyond a warm one;
+- `startup`: what a fresh engine's first op round trip takes beyond a warm one; `first_kind`,
+  what the first issue of a later op kind takes beyond the next (`host.fresh`);
 - `handover`: how long a thread asleep on the GIL takes to run once it is let go
   (`realexec.calibration.gil`);
 - `wake`: what waking a sleeping thread costs the thread that wakes it (a queue put that wakes a
@@ -137,7 +138,7 @@ from realexec.engine.core import Engine, default_workers
 from realexec.engine.native import CAPACITY, IDLE_SPIN_S
 from realexec.frontend import machine
 
-VERSION = 23  # bump when what is measured changes: older cache files are then ignored
+VERSION = 24  # bump when what is measured changes: older cache files are then ignored
 
 
 def _issue_price(costs: dict, t1: float, name: str) -> float:
@@ -238,6 +239,7 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
                    release=release,
                    switch=sys.getswitchinterval(), spin=_engine_spin(),
                    recheck=raw["blocked"]["recheck"], startup=fresh["startup"],
+                   first_kind=fresh.get("first_kind", 0.0),
                    handover=raw.get("handover", {}).get("handover", 0.0),
                    native=int(native), idle_spin=IDLE_SPIN_S if native else 0.0,
                    table=CAPACITY if native else 0, llc=cache["llc"], dram=cache["dram"],

@@ -17,7 +17,12 @@ runs a scenario of `asyncsim.lab.scenarios`.
   ran; caches are cold). Then the first print (`print(x)`, written to a StringIO), asnumpy and
   item of that session, each on an array of one of `sizes`: the chapters call a blocker like
   these once per region, not in a loop, so its code is cold when it runs, as here (a first
-  print of a small array costs several times a repeated one). Then each of them `again`, AGAIN
+  print of a small array costs several times a repeated one). Then `first_kind`: the first
+  issue of each of FIRST_KINDS (a binary op, an activation, a reduction: kinds the session has
+  not issued) beyond the faster of its next two (`central` over kinds and sessions; a first
+  `x * x` took 26 us more, a relu, sum or product 9-11 us, in sessions like these on the 2-core
+  AMD EPYC VM: a program's first op of a kind runs its frontend code cold, where `startup`
+  covers only its first op). Then each of the blockers `again`, AGAIN
   times, each after a few ops: what a later blocker of the kind costs in the same program (a print
   of a small array after a dense layer's ops took 72-80 us here, the session's first 170-260,
   one repeated back to back 50-70; 2-core AMD EPYC VM); later prints also of PRINTED's small
@@ -134,7 +139,7 @@ def fresh(workers: int, sizes, rounds: int, warm: int = 5, pause: float = 0.0) -
     "again": {kind: [(nbytes, s)]}}."""
     from realexec.sessions import session
 
-    firsts, warms = [], []
+    firsts, warms, kinds = [], [], []
     cold: dict = {"print": [], "asnumpy": [], "item": []}
     later: dict = {"print": [], "asnumpy": [], "item": []}
     shown = io.StringIO()
@@ -160,6 +165,7 @@ def fresh(workers: int, sizes, rounds: int, warm: int = 5, pause: float = 0.0) -
                     call()
                     seconds = (perf_counter_ns() - start) * 1e-9
                     cold[kind].append((_priced_bytes(kind, n), seconds))
+                kinds += _first_kinds(nd, one)
                 # the same blockers again, each after a few ops (done, so that only the call is
                 # timed): a program's later prints, once its first has brought the code in (the
                 # second costs more than the ones after it: AGAIN of them, the median kept);
@@ -178,7 +184,27 @@ def fresh(workers: int, sizes, rounds: int, warm: int = 5, pause: float = 0.0) -
     blockers = {kind: _medians(points) for kind, points in cold.items()}
     startup = max(0.0, float(np.median(np.array(firsts) - np.array(warms))))
     return {"startup": startup, "first": firsts, "warm": warms, "blockers": blockers,
-            "again": {kind: _medians(points) for kind, points in later.items()}}
+            "again": {kind: _medians(points) for kind, points in later.items()},
+            "first_kind": max(0.0, central(kinds)), "first_kinds": kinds}
+
+
+# op kinds a fresh session has not issued when `_first_kinds` runs (the later blockers' ops come
+# after it): a binary op, an activation, a reduction
+FIRST_KINDS = (lambda nd, a: a * a, lambda nd, a: nd.relu(a), lambda nd, a: a.sum())
+
+
+def _first_kinds(nd, a) -> list[float]:
+    """Seconds each of FIRST_KINDS' first issue takes beyond the faster of its next two."""
+    extra, kept = [], []
+    for make in FIRST_KINDS:
+        times = []
+        for _ in range(3):
+            start = perf_counter_ns()
+            kept.append(make(nd, a))
+            times.append((perf_counter_ns() - start) * 1e-9)
+        extra.append(times[0] - min(times[1:]))
+    nd.waitall()
+    return extra
 
 
 def _priced_bytes(kind: str, n: int) -> int:
