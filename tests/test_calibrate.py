@@ -11,6 +11,8 @@ import dataclasses
 import importlib
 import json
 import math
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -215,6 +217,15 @@ def test_background_load_is_other_processes_cpu_time():
     while time.perf_counter() < deadline:
         total += 1
     assert 0.0 <= load.cores() < 2.5
+
+
+def test_background_load_leaves_out_this_processs_children():
+    """A child process kept busy for a while (as the helper that compiles the kernels on a fresh
+    clone) is this job's own work, once waited for: not other processes' load."""
+    load = cal.BackgroundLoad()
+    code = "import time\nend = time.perf_counter() + 0.4\nwhile time.perf_counter() < end: pass"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    assert load.cores() < 0.5
 
 
 def test_the_profile_predicts_a_workload(quick_profile):

@@ -337,7 +337,10 @@ def kernel_times(bench: _Bench, make, sizes, repeats: int, name: str, rounds: in
 
 class BackgroundLoad:
     """Cores kept busy by other processes since this was made: all busy CPU time of the machine
-    (/proc/stat) minus this process's own, over the wall time; 0.0 where /proc is missing."""
+    (/proc/stat) minus this process's own and its ended children's, over the wall time; 0.0
+    where /proc is missing. A child is this job's own work: the process that compiles the
+    training kernels on a fresh clone (`realexec.cpu.warm`) made the main job's first
+    calibration warn of 0.19-0.22 cores of other load on a quiet machine."""
 
     def __init__(self):
         self.start = (time.perf_counter(), self._busy(), self._own())
@@ -354,7 +357,7 @@ class BackgroundLoad:
     @staticmethod
     def _own() -> float:
         t = os.times()
-        return t.user + t.system
+        return t.user + t.system + t.children_user + t.children_system
 
     def cores(self) -> float:
         wall, busy, own = self.start
