@@ -75,10 +75,21 @@ def test_the_frontend_is_runnable_from_the_start_and_a_share_that_holds_costs_no
     assert _run(1, [(0.0, 1e-3)], frontend=True) == pytest.approx([2e-3])
     env = simpy.Environment()
     cores = Cores(env, 2)
-    changed = cores.changed
+    cores.leave()  # the frontend blocks: one thread at work, below
+
+    def job():
+        cores.join()
+        yield from cores.work(1e-3)
+        cores.leave()
+
+    worker = env.process(job())
+    env.run(until=5e-4)
+    waiting = worker.target  # the timeout of its work
     cores.join()
     cores.leave()
-    assert cores.changed is changed and cores.share == 1.0
+    env.run(until=6e-4)
+    assert worker.target is waiting and cores.share == 1.0
     cores.join()
     cores.join()
-    assert cores.changed is not changed and cores.share == pytest.approx(2 / 3)
+    env.run(until=7e-4)
+    assert worker.target is not waiting and cores.share == pytest.approx(2 / 3)

@@ -9,19 +9,28 @@ thread counts as runnable while it has work to do: the frontend while it issues 
 waits in a blocker, a `max_inflight` slot or the engine's table, or for the GIL), a worker while
 it runs an op (not while idle, or waiting for the GIL).
 
-`Cores.work(seconds)` spends `seconds` of one runnable thread's work at the share it gets,
-following every change of the share as threads come and go: the work is conserved, so whatever
-the threads' order, the cores finish the same total. A share that does not change (n stays
-within the cores) costs no event at all.
+`Cores.work(seconds)` spends `seconds` of one runnable thread's work at the share it gets: a
+plain timeout at the share it finds, and when the share changes meanwhile (a thread comes or
+goes across the count), every thread at work is interrupted and waits again for what is left
+at the new share. The work is conserved, so whatever the threads' order, the cores finish the
+same total; and while the runnable threads stay within the cores, as they mostly do, a thread's
+work costs one timeout, as it would with no cores modelled.
 
 Units: seconds of work at a full core's speed, simulated seconds.
 """
 
 from __future__ import annotations
 
-__all__ = ["Cores"]
+from simpy import Interrupt
+
+__all__ = ["Cores", "elapse"]
 
 EPSILON = 1e-15  # seconds of work left that count as none (floating-point rounding)
+
+
+def elapse(env, seconds: float):
+    """Generator: `seconds` of a thread's work where no cores are shared: one timeout."""
+    yield env.timeout(seconds)
 
 
 class Cores:
@@ -30,7 +39,7 @@ class Cores:
     def __init__(self, env, count: int):
         self.env, self.count = env, count
         self.runnable = 1
-        self.changed = env.event()  # succeeds (and is replaced) when the share changes
+        self.working: set = set()  # the processes inside `work` now
 
     @property
     def share(self) -> float:
@@ -48,17 +57,21 @@ class Cores:
     def _move(self, step: int) -> None:
         before = self.share
         self.runnable += step
-        if self.share != before:
-            changed, self.changed = self.changed, self.env.event()
-            changed.succeed()
+        if self.share != before:  # every thread at work re-times what it has left
+            for process in self.working:
+                process.interrupt()
 
     def work(self, seconds: float):
         """Generator: `seconds` of a runnable thread's work, at its share of the cores."""
         env, left = self.env, seconds
+        process = env.active_process
         while left > EPSILON:
-            share, start, changed = self.share, env.now, self.changed
-            end = start + left / share
-            yield env.timeout(end - start) | changed
-            if env.now >= end:
-                return
-            left -= (env.now - start) * share
+            share, start = self.share, env.now
+            self.working.add(process)
+            try:
+                yield env.timeout(left / share)
+                left = 0.0
+            except Interrupt:
+                left -= (env.now - start) * share
+            finally:
+                self.working.discard(process)

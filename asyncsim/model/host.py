@@ -59,8 +59,9 @@ flops / peak, plus the wait for the GIL after its kernel; `gil` and the rest fol
 from __future__ import annotations
 
 from collections import deque
+from functools import partial
 
-from asyncsim.model.cores import Cores
+from asyncsim.model.cores import Cores, elapse
 from asyncsim.model.gil import Gil
 from asyncsim.model.places import Places
 from asyncsim.nd.ops import COMPILED
@@ -131,6 +132,8 @@ class Host:
         workers = profile.workers if workers is None else workers
         crowded = profile.cores < workers + 1 and not sync
         self.cores = Cores(env, profile.cores) if crowded else None
+        # generator: seconds of a runnable thread's work, at its share of the cores
+        self.spend = self.cores.work if crowded else partial(elapse, env)
         self.spin = profile.spin
         self.waiting = False  # the frontend is blocked (and holds no core)
         self.asleep = False  # ... and has stopped spinning
@@ -143,13 +146,6 @@ class Host:
         self.compiled: list[bool] = []  # position -> run by a compiled worker, without the GIL
         self.places = Places(profile, model.caches)  # what an op's worker adds to its cost
         self.queue = WakeQueue(self.env, self.idle_spin)  # every CPU device's ready ops
-
-    def spend(self, seconds: float):
-        """Generator: `seconds` of a runnable thread's work, at its share of the cores."""
-        if self.cores is not None:
-            yield from self.cores.work(seconds)
-        else:
-            yield self.env.timeout(seconds)
 
     @property
     def wakes(self) -> int:

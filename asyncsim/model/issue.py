@@ -59,7 +59,9 @@ simulated time.
 from __future__ import annotations
 
 from collections import deque
+from functools import partial
 
+from asyncsim.model.cores import elapse
 from asyncsim.model.cost import printed_bytes
 from asyncsim.model.profile import device_kind, is_link_copy
 from asyncsim.nd.ops import BROADCASTING, broadcasts, native_broadcast
@@ -104,7 +106,7 @@ class FrontendProcess:
     def _frontend(self):
         env, spans, profile, gil, host = self.env, self.spans, self.profile, self.gil, self.host
         timeout = env.timeout
-        spend = host.spend if host is not None else self._spend
+        spend = host.spend if host is not None else partial(elapse, env)
         seen = set()  # the blocker kinds already run: a later one of a kind is priced `again`
         for ins in self.program.instrs:
             kind = type(ins)
@@ -285,10 +287,6 @@ class FrontendProcess:
         yield event
         if host is not None:
             host.frontend_woke()
-
-    def _spend(self, seconds: float):
-        """Generator: `seconds` of the frontend's work, on a host without contention."""
-        yield self.env.timeout(seconds)
 
     def _take_gil(self):
         """The frontend takes the GIL before running Python (only when the profile models it)."""
