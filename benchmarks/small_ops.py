@@ -71,7 +71,7 @@ def drain(engine: str, workers: int, n: int, side: int) -> tuple[float, float, f
 
 
 @njit(nogil=True, cache=True)
-def _bare(xs, reps):
+def bare_steps(xs, reps):
     """`reps` steps of every chain in `xs` (rows), taken in turn, in place."""
     for _ in range(reps):
         for c in range(xs.shape[0]):
@@ -83,11 +83,11 @@ def bare_threads(n: int, side: int) -> float:
     """The machine's own speedup: the same kernels in a compiled loop, both chains on one plain
     thread against a chain on each of two (no engine, no Python between kernels)."""
     xs = np.ones((2, side * side), np.float32)
-    _bare(xs, 1)
+    bare_steps(xs, 1)
     start = time.perf_counter()
-    _bare(xs, n)
+    bare_steps(xs, n)
     one = time.perf_counter() - start
-    threads = [threading.Thread(target=_bare, args=(xs[i:i + 1], n)) for i in range(2)]
+    threads = [threading.Thread(target=bare_steps, args=(xs[i:i + 1], n)) for i in range(2)]
     start = time.perf_counter()
     for th in threads:
         th.start()
