@@ -21,7 +21,7 @@ rounds, each round after a short busy spell, in alternating order):
 - model: `asyncsim` on this machine's calibrated profile (`realexec.calibrate`, cached), the
   compiled engine's chains with the gate priced as a long first op of each chain, and every other
   op priced by the profile's own elementwise cost: nothing is fitted to what it is compared
-  with. The model kernel column is that price: 2.3-2.9x the measured op here, as the profile
+  with. The model kernel column is that price: 1.9-2.8x the measured op here, as the profile
   prices an op by the bytes it moves with rates measured on ops that write a fresh output, and
   an op in place on one cached array moves them faster. The ratio does not depend on it.
 
