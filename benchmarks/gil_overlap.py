@@ -117,9 +117,8 @@ def model_drain(profile, workers: int, n: int, side: int) -> tuple[float, float]
     return span, statistics.median(s.duration for s in execs)
 
 
-def measure(kernel: float, args, burner) -> dict:
+def measure(kernel: float, steps: int, args, burner) -> dict:
     side = size_for(kernel)
-    steps = max(1, args.ops // 4)  # each step is two ops on each of two chains
     drain("native", 2, steps, side)  # untimed: warm code and caches
     compiled, python, kernels = [], [], []
     for r in range(args.rounds):
@@ -158,9 +157,9 @@ def main() -> None:
           f"{args.rounds} rounds")
     print(f"{'kernel':>6s} | {'compiled engine':>16s} {'bare':>16s} {'model':>6s} "
           f"{'array':>9s} {'kernel':>7s} {'model':>6s} | {'python engine':>16s} {'bare':>5s}")
+    steps = max(1, args.ops // 4)  # each step is two ops on each of two chains
     for d in DURATIONS:
-        row = measure(d, args, burner)
-        steps = max(1, args.ops // 4)
+        row = measure(d, steps, args, burner)
         one, op = model_drain(profile, 1, steps, row["side"])
         two, _ = model_drain(profile, 2, steps, row["side"])
         print(f"{d * 1e6:4.0f}us | {fmt(row['compiled']):>16s} {fmt(row['bare']):>16s} "
