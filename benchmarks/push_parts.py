@@ -25,15 +25,23 @@ from second to second). What each variant replaces:
 - "lean": the frontend's fast path written down to what would stay in Python if the pool's
   accounting, the analysis and the op records all lived in the one compiled call (`Lean`): the
   output from free lists, a small var, the table's slot and read-out, the compiled push (in sync
-  mode the compiled kernel); a drop gives the buffer back at once.
+  mode the compiled kernel); a drop gives the buffer back at once;
+- "ring, no call" (async only): not the engine but the frontend of a push that makes no call at
+  all: `ND` over a backend (`Ring`) whose push writes the op's record (op id, op code, input
+  var, output var, elements, scalar) into a shared int64 ring by memoryview stores and moves the
+  ring's tail, and whose drop writes a deletion record. Nothing reads the ring: it is the
+  frontend's floor if a compiled thread took the records and did the pool's accounting, the
+  dependency analysis and the buffers' addresses itself (x86 keeps a thread's stores in order,
+  so a reader that sees the tail sees the record).
 
 "numpy" is numpy's own `b = a + 1` on the same array, and "nd alone" the frontend over a backend
-that does nothing (`overhead.NullBackend`). The gap between "both + small var" and "nd alone" is
-what stays in Python per op with the pool and the dependency analysis compiled but the engine's
-Python as it is: the push's and the deletion's own code, the compiled call, the records. "lean"
-is the floor of a design that compiles those too, before the compiled work they would add (a
-var's deletion, a call of its own unless it rides on the next push). Not a target: a map of
-where the time goes.
+that does nothing (`overhead.NullBackend`; "fast path": one that takes the fast path's calls,
+as the compiled engine does, and does nothing with them). The gap between "both + small var" and
+"nd alone" is what stays in Python per op with the pool and the dependency analysis compiled but
+the engine's Python as it is: the push's and the deletion's own code, the compiled call, the
+records. "lean" is the floor of a design that compiles those too, before the compiled work they
+would add (a var's deletion, a call of its own unless it rides on the next push), and "ring, no
+call" the floor of one that makes no call at all. Not a target: a map of where the time goes.
 """
 
 from __future__ import annotations
@@ -152,6 +160,46 @@ class Lean:
             self.lists.release(ev.data)
 
 
+class Silent(NullBackend):
+    """`ND`'s fast path with no records: what "ring, no call" adds to the frontend alone."""
+
+    def issue_same(self, op_id, name, reads, var, shape, dtype, device, attrs, nbytes):
+        pass
+
+
+class Ring(NullBackend):
+    """The records of a push with no call: each op's fields written into an int64 ring by
+    memoryview stores, then its tail (slot 0); a drop writes a deletion record. Nothing reads
+    them; the ring wraps before it fills."""
+
+    def __init__(self, slots: int = 1 << 16):
+        self.words = np.zeros(slots, np.int64)
+        self.ints = memoryview(self.words)
+        self.floats = self.ints.cast("B").cast("d")
+        self.codes = {"add_scalar": ADD}
+        self.tail, self.wrap = 8, slots - 16
+
+    def issue_same(self, op_id, name, reads, var, shape, dtype, device, attrs, nbytes):
+        at, ints = self.tail, self.ints
+        ints[at] = op_id
+        ints[at + 1] = self.codes[name]
+        ints[at + 2] = reads[0]
+        ints[at + 3] = var
+        ints[at + 4] = nbytes
+        self.floats[at + 5] = attrs["scalar"]
+        at += 6
+        self.tail = at if at < self.wrap else 8
+        ints[0] = self.tail
+
+    def free(self, var):
+        at, ints = self.tail, self.ints
+        ints[at] = -1
+        ints[at + 1] = var
+        at += 2
+        self.tail = at if at < self.wrap else 8
+        ints[0] = self.tail
+
+
 VARIANTS = {"as shipped": "as shipped", "one drop at a time": "drops handed over one at a time",
             "not kept": "dropped results not kept",
             "pool accounting": "without pool accounting",
@@ -198,7 +246,8 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=5000)
     args = parser.parse_args()
     print(f"machine: {frontend.machine()}")
-    names = ("numpy", "nd alone", *VARIANTS, *[f"{v} (sync)" for v in VARIANTS])
+    names = ("numpy", "nd alone", "nd alone, fast path", "ring, no call", *VARIANTS,
+             *[f"{v} (sync)" for v in VARIANTS])
     times: dict[str, list[float]] = {name: [] for name in names}
     a = np.ones((1, 2), np.float32)
     for _ in range(args.rounds):
@@ -207,6 +256,8 @@ def main() -> None:
             b = a + 1  # noqa: F841 -- numpy's own op, the yardstick
         times["numpy"].append((time.perf_counter() - start) / args.ops)
         times["nd alone"].append(nd_per_op(ND(NullBackend()), args.ops))
+        times["nd alone, fast path"].append(nd_per_op(ND(Silent()), args.ops))
+        times["ring, no call"].append(nd_per_op(ND(Ring()), args.ops))
         for variant in VARIANTS:
             times[variant].append(per_op(variant, args.ops))
             times[f"{variant} (sync)"].append(per_op(variant, args.ops, "sync"))
