@@ -88,7 +88,8 @@ def test_overlap_reports_a_speedup_per_kernel_duration():
     than one thread" (a hand-over each call) and "twice as fast" (two cores). How much two bare
     threads overlap depends on where the OS puts them (1.2-1.8 for 1 ms kernels, run to run,
     on a 2-vCPU VM), so its size is printed by benchmarks/gil_overlap.py, not
-    asserted."""
-    speedups = overlap((2e-5, 1e-3), calls=10, rounds=1)
+    asserted. The median of three rounds: one round of ten calls fell outside the bounds once
+    in a minute of frequent slow spells."""
+    speedups = overlap((2e-5, 1e-3), calls=10, rounds=3)
     assert set(speedups) == {2e-5, 1e-3}
     assert all(0.2 < s < 2.3 for s in speedups.values())

@@ -24,6 +24,7 @@ from realexec import OpError
 from realexec.cpu import kernels as cpu
 from realexec.cpu import worker
 from realexec.cpu.worker import BINARY, GEMM, PYTHON, SCALAR, address, work
+from realexec.engine import layout
 from realexec.engine import table as t
 from realexec.engine.native import NativeEngine
 
@@ -38,43 +39,43 @@ def push(s, token, kind=PYTHON, preds=(), lane=0):
 
 
 def test_a_chain_runs_in_order_and_gives_its_edges_back():
-    buf, s = t.new_state(16, 0)
+    buf, s = layout.new_state(16, 0)
     assert push(s, 0)
     assert not push(s, 1, preds=[0])
     assert not push(s, 2, preds=[1])
-    assert buf[t.H_ECOUNT] == 2
+    assert buf[layout.H_ECOUNT] == 2
     assert t.pop(s, 0) == 0 and t.pop(s, 0) == -1  # 1 waits for 0
     t.complete(s, 0, 0)
-    assert buf[t.H_LOW] == 1 and t.is_done(s, 0) and not t.is_done(s, 1)
+    assert buf[layout.H_LOW] == 1 and t.is_done(s, 0) and not t.is_done(s, 1)
     assert t.pop(s, 0) == 1
     t.complete(s, 1, 0)
     assert t.pop(s, 0) == 2
     t.complete(s, 2, 0)
-    assert buf[t.H_DONE] == 3 and buf[t.H_LOW] == 3 and buf[t.H_ECOUNT] == 0
+    assert buf[layout.H_DONE] == 3 and buf[layout.H_LOW] == 3 and buf[layout.H_ECOUNT] == 0
 
 
 def test_push_past_numbas_dispatcher_converts_and_refuses_as_the_dispatcher_does():
     entry = t.entry(t.push, t.PUSH_TYPES)
     assert entry is not t.push  # compiled, not the dispatcher
-    buf, s = t.new_state(16, 0)
+    buf, s = layout.new_state(16, 0)
     # a numpy integer, and an int where the scalar (a float) is declared
     assert entry(s, 0, 0, 0, PYTHON, 0, 0, np.int64(3), 0, 0, 0, 1, 0, -1, -1, -1, NONE, 7,
                  0, 0)
     assert not entry(s, 1, 1, 0, PYTHON, 0, 0, 3, 0, 0, 0, 2.5, 0, 0, -1, -1, NONE, 8, 0, 0)
-    assert buf[t.H_NEXT] == 2 and buf[t.H_ECOUNT] == 1  # op 1 waits for op 0
-    rec = t.OPS + t.STRIDE
-    assert buf[rec + t.F_N] == 3 and buf[rec + t.F_OP] == 8
-    assert s.view(np.float64)[rec + t.F_SCALAR] == 2.5
+    assert buf[layout.H_NEXT] == 2 and buf[layout.H_ECOUNT] == 1  # op 1 waits for op 0
+    rec = layout.OPS + layout.STRIDE
+    assert buf[rec + layout.F_N] == 3 and buf[rec + layout.F_OP] == 8
+    assert s.view(np.float64)[rec + layout.F_SCALAR] == 2.5
     with pytest.raises(TypeError):  # an array of another dtype is refused, not misread
         entry(s, 2, 2, 0, PYTHON, 0, 0, 0, 0, 0, 0, 0.0, 0, -1, -1, -1, np.empty(0, np.int32),
               9, 0, 0)
     with pytest.raises(OverflowError):
         entry(s, 2, 2, 0, PYTHON, 0, 0, 0, 0, 0, 0, 0.0, 0, -1, -1, -1, NONE, 1 << 70, 0, 0)
-    assert buf[t.H_NEXT] == 2  # neither refused call recorded anything
+    assert buf[layout.H_NEXT] == 2  # neither refused call recorded anything
 
 
 def test_a_diamond_waits_for_both_sides_and_the_mark_waits_for_the_slowest():
-    buf, s = t.new_state(16, 0)
+    buf, s = layout.new_state(16, 0)
     push(s, 0)
     push(s, 1, preds=[0])
     push(s, 2, preds=[0])
@@ -82,27 +83,27 @@ def test_a_diamond_waits_for_both_sides_and_the_mark_waits_for_the_slowest():
     t.complete(s, t.pop(s, 0), 0)
     assert sorted([t.pop(s, 0), t.pop(s, 0)]) == [1, 2]
     t.complete(s, 2, 0)
-    assert buf[t.H_LOW] == 1  # 1 still runs: the mark stops below it
+    assert buf[layout.H_LOW] == 1  # 1 still runs: the mark stops below it
     assert t.pop(s, 0) == -1
     t.complete(s, 1, 0)
-    assert buf[t.H_LOW] == 3 and t.pop(s, 0) == 3
+    assert buf[layout.H_LOW] == 3 and t.pop(s, 0) == 3
     t.complete(s, 3, 0)
-    assert buf[t.H_ECOUNT] == 0
+    assert buf[layout.H_ECOUNT] == 0
 
 
 def test_a_failure_marks_the_successors_and_a_finished_predecessor_is_skipped():
-    buf, s = t.new_state(16, 0)
+    buf, s = layout.new_state(16, 0)
     push(s, 0)
     push(s, 1, preds=[0])
-    t.complete(s, t.pop(s, 0), t.FAILED_OWN)
+    t.complete(s, t.pop(s, 0), layout.FAILED_OWN)
     assert t.pop(s, 0) == 1
-    assert buf[t.at(1, t.F_FAILED)] == t.FAILED_INHERITED
-    t.complete(s, 1, t.FAILED_INHERITED)
+    assert buf[layout.at(1, layout.F_FAILED)] == layout.FAILED_INHERITED
+    t.complete(s, 1, layout.FAILED_INHERITED)
     assert push(s, 2, preds=[0, 1])  # both done: ready at once
 
 
 def test_ops_go_to_their_own_lane():
-    buf, s = t.new_state(16, 0)
+    buf, s = layout.new_state(16, 0)
     push(s, 0, lane=0)
     push(s, 1, preds=[0], lane=3)
     t.complete(s, t.pop(s, 0), 0)
@@ -110,7 +111,7 @@ def test_ops_go_to_their_own_lane():
 
 
 def test_the_compiled_worker_runs_native_ops_and_hands_python_ones_back():
-    buf, s = t.new_state(16, 0)
+    buf, s = layout.new_state(16, 0)
     x = np.arange(4, dtype=np.float32)
     y = np.zeros(4, np.float32)
     a, b = address(x), address(y)
@@ -119,9 +120,10 @@ def test_the_compiled_worker_runs_native_ops_and_hands_python_ones_back():
     push(s, 2, preds=[1])
     assert work(s, 0, 5) == 2
     np.testing.assert_array_equal(y, x * 4)
-    assert buf[t.at(0, t.F_WORKER)] == 5 and buf[t.at(0, t.F_END)] >= buf[t.at(0, t.F_START)]
+    assert buf[layout.at(0, layout.F_WORKER)] == 5
+    assert buf[layout.at(0, layout.F_END)] >= buf[layout.at(0, layout.F_START)]
     t.complete(s, 2, 0)
-    buf[t.H_STOP] = 1
+    buf[layout.H_STOP] = 1
     assert work(s, 0, 0) == -1
 
 
@@ -143,10 +145,10 @@ def test_the_compiled_worker_multiplies_matrices_through_numpys_blas(m, k, n, ta
     attrs = {"transpose_a": ta, "transpose_b": tb}
     kind, code, sizes = worker.native_op("dot", attrs, [a.shape, b.shape])
     assert kind == GEMM
-    buf, s = t.new_state(4, 0, gemm=worker.GEMM_ADDRESSES)
+    buf, s = layout.new_state(4, 0, gemm=worker.GEMM_ADDRESSES)
     t.push(s, 0, 0, 0, kind, code, worker.DTYPES[np.dtype(dtype)], out.size, address(a.ravel()),
            address(b.ravel()), address(out.ravel()), sizes, 0, -1, -1, -1, NONE, 0, 0, 0)
-    buf[t.H_STOP] = 0
+    buf[layout.H_STOP] = 0
     push(s, 1, preds=[0])  # a Python op after it: the worker hands it back once GEMM is done
     assert work(s, 0, 0) == 1
     left, right = (a.T if ta else a), (b.T if tb else b)

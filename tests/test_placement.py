@@ -11,7 +11,7 @@ import threading
 import numpy as np
 import pytest
 
-from realexec.engine import placement
+from realexec.engine import layout, placement
 from realexec.engine import table as t
 from realexec.engine.atomics import FUTEX
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(not FUTEX or not hasattr(os, "sched_setaffinity"
 
 
 def _state(cores):
-    buf, s = t.new_state(16, 0)
+    buf, s = layout.new_state(16, 0)
     assert placement.allow(s, cores)
     return buf, s
 
@@ -39,10 +39,10 @@ def two_cores():
 
 
 def test_allow_refuses_what_it_cannot_mask():
-    buf, s = t.new_state(16, 0)
+    buf, s = layout.new_state(16, 0)
     assert not placement.allow(s, set())
     assert not placement.allow(s, {3, 64})
-    assert s[t.H_PLACES] == 0  # moves stay off
+    assert s[layout.H_PLACES] == 0  # moves stay off
     assert placement.cores_of(s, 2) == [-1, -1]
 
 
@@ -58,7 +58,7 @@ def test_a_worker_says_where_it_runs_and_clears_it_when_idle(two_cores):
 def test_a_worker_beside_a_busy_one_moves_to_the_free_core(two_cores):
     here, other = two_cores
     buf, s = _state({here, other})
-    s[t.H_BLOCKING] = 1  # the frontend waits in a blocker: its core is free too
+    s[layout.H_BLOCKING] = 1  # the frontend waits in a blocker: its core is free too
     placement.busy(s, 1)  # worker 1 busy here
     placement.busy(s, 0)  # worker 0 wakes here as well
     assert placement.cores_of(s, 2) == [other, here]  # it asked for the free core
@@ -69,7 +69,7 @@ def test_a_worker_beside_a_busy_one_moves_to_the_free_core(two_cores):
 def test_the_pushing_frontends_core_is_not_taken(two_cores):
     here, other = two_cores
     buf, s = _state({here, other})
-    s[t.H_FRONT_CPU] = other  # the frontend pushes there, not from inside a blocker
+    s[layout.H_FRONT_CPU] = other  # the frontend pushes there, not from inside a blocker
     placement.busy(s, 1)
     placement.busy(s, 0)
     assert placement.cores_of(s, 2) == [here, here]  # nowhere better: it stays
@@ -78,8 +78,8 @@ def test_the_pushing_frontends_core_is_not_taken(two_cores):
 
 def test_nothing_moves_when_placement_is_off(two_cores):
     here, other = two_cores
-    buf, s = t.new_state(16, 0)  # no `allow`: as with pinned workers
-    s[t.H_BLOCKING] = 1
+    buf, s = layout.new_state(16, 0)  # no `allow`: as with pinned workers
+    s[layout.H_BLOCKING] = 1
     placement.busy(s, 1)
     placement.busy(s, 0)
     assert placement.cores_of(s, 2) == [-1, -1]
@@ -92,10 +92,10 @@ def test_a_waker_steers_an_idle_worker_off_a_busy_core(two_cores):
     every allowed core back at its next op."""
     here, other = two_cores
     buf, s = _state({here, other})
-    s[t.H_BLOCKING] = 1
+    s[layout.H_BLOCKING] = 1
     placement.busy(s, 1)  # worker 1 busy here
     placement.register(s, 0, threading.get_native_id())  # worker 0 (this thread) is idle
-    t._wake_worker(s, 0)
+    placement.wake_worker(s, 0)
     assert os.sched_getaffinity(0) == {other}
     placement.busy(s, 0)
     assert os.sched_getaffinity(0) == {here, other}
@@ -105,16 +105,16 @@ def test_a_waker_steers_an_idle_worker_off_a_busy_core(two_cores):
 def test_a_waker_leaves_busy_unregistered_and_lone_workers_alone(two_cores):
     here, other = two_cores
     buf, s = _state({here, other})
-    s[t.H_BLOCKING] = 1
-    t._wake_worker(s, 0)  # nobody registered, nobody busy
+    s[layout.H_BLOCKING] = 1
+    placement.wake_worker(s, 0)  # nobody registered, nobody busy
     placement.register(s, 0, threading.get_native_id())
-    t._wake_worker(s, 0)  # no busy worker: the OS's placement is left alone
+    placement.wake_worker(s, 0)  # no busy worker: the OS's placement is left alone
     assert os.sched_getaffinity(0) == {here}
     placement.busy(s, 0)  # worker 0 (this thread) busy here
     placement.busy(s, 1)  # and worker 1 beside it: moved to the free core
     os.sched_setaffinity(0, {here})
     placement.idle(s, 1)
-    t._wake_worker(s, 0)  # worker 0 is busy: not steered
+    placement.wake_worker(s, 0)  # worker 0 is busy: not steered
     assert os.sched_getaffinity(0) == {here}
 
 
@@ -124,17 +124,17 @@ def test_a_waker_steers_an_idle_worker_off_the_pushing_frontends_core(two_cores)
     idles, so the waker lets it run only on the other core."""
     here, other = two_cores
     buf, s = _state({here, other})
-    s[t.H_FRONT_CPU] = here
+    s[layout.H_FRONT_CPU] = here
     placement.busy(s, 0)
     placement.idle(s, 0)  # kept on this core
     placement.register(s, 0, threading.get_native_id())
-    t._wake_worker(s, 0)
+    placement.wake_worker(s, 0)
     assert os.sched_getaffinity(0) == {other}
-    s[t.H_FRONT_CPU] = other  # pushing from the other core now: off that one in turn
-    t._wake_worker(s, 0)
+    s[layout.H_FRONT_CPU] = other  # pushing from the other core now: off that one in turn
+    placement.wake_worker(s, 0)
     assert os.sched_getaffinity(0) == {here}
-    s[t.H_BLOCKING] = 1  # the frontend waits in a blocker: its core is free, nothing moves
-    t._wake_worker(s, 0)
+    s[layout.H_BLOCKING] = 1  # the frontend waits in a blocker: its core is free, nothing moves
+    placement.wake_worker(s, 0)
     assert os.sched_getaffinity(0) == {here}
 
 
@@ -163,9 +163,9 @@ def test_a_push_for_a_spinner_steers_it_off_the_pushing_frontends_core(two_cores
     assert push(0) == {other}
     idle_on(here)
     assert push(1, pred=0) == {here}  # op 0 is not done: op 1 waits, queued for nobody
-    s[t.H_BLOCKING] = 1
+    s[layout.H_BLOCKING] = 1
     assert push(2) == {here}
-    s[t.H_BLOCKING] = 0
+    s[layout.H_BLOCKING] = 0
     idle_on(other)
     assert push(3) == {here}
     idle_on(here)

@@ -11,28 +11,30 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from realexec.cpu.worker import PYTHON, SCALAR
-from realexec.engine import table as t
+from realexec.engine import layout
 from realexec.engine.spans import _EXEC_FIELDS, _ISSUE_FIELDS, read_out
 
 CAP = 8
 
 # per op: has an issue span, its state, its kind, has a start stamp
-OPS = st.lists(st.tuples(st.booleans(), st.sampled_from([t.PENDING, t.RUNNING, t.DONE]),
+OPS = st.lists(st.tuples(st.booleans(),
+                         st.sampled_from([layout.PENDING, layout.RUNNING, layout.DONE]),
                          st.sampled_from([SCALAR, PYTHON]), st.booleans()),
                min_size=1, max_size=CAP)
 
 
 def _stamped(lo, ops):
     """A table whose tokens lo.. hold `ops`, every field a number that names op and field."""
-    _, s = t.new_state(CAP, 0)
+    _, s = layout.new_state(CAP, 0)
     for i, (issued, state, kind, started) in enumerate(ops):
         token = lo + i
-        base = t.at(token & (CAP - 1), 0)
+        base = layout.at(token & (CAP - 1), 0)
         for f in (*_ISSUE_FIELDS, *_EXEC_FIELDS):
             s[base + f] = 1000 * token + f + 1
-        s[base + t.F_TOKEN], s[base + t.F_STATE], s[base + t.F_KIND] = token, state, kind
-        s[base + t.F_ISSUE] = 1000 * token + t.F_ISSUE + 1 if issued else 0
-        s[base + t.F_START] = 1000 * token + t.F_START + 1 if started else 0
+        s[base + layout.F_TOKEN] = token
+        s[base + layout.F_STATE], s[base + layout.F_KIND] = state, kind
+        s[base + layout.F_ISSUE] = 1000 * token + layout.F_ISSUE + 1 if issued else 0
+        s[base + layout.F_START] = 1000 * token + layout.F_START + 1 if started else 0
     return s
 
 
@@ -51,7 +53,7 @@ def test_each_issue_and_finished_native_exec_is_read_once(ops, lo):
     issues, execs = _read(s, lo, hi)
     want_issued = [lo + i for i, (issued, *_) in enumerate(ops) if issued]
     want_ran = [lo + i for i, (_, state, kind, started) in enumerate(ops)
-                if state == t.DONE and kind != PYTHON and started]
+                if state == layout.DONE and kind != PYTHON and started]
     # each column is one op's fields, in the order the log's spans are made from
     assert issues.T.tolist() == [[1000 * k + f + 1 for f in _ISSUE_FIELDS] for k in want_issued]
     assert execs.T.tolist() == [[1000 * k + f + 1 for f in _EXEC_FIELDS] for k in want_ran]
@@ -60,10 +62,10 @@ def test_each_issue_and_finished_native_exec_is_read_once(ops, lo):
 
 
 def test_a_running_op_is_read_once_it_is_done():
-    s = _stamped(5, [(True, t.RUNNING, SCALAR, True)])
+    s = _stamped(5, [(True, layout.RUNNING, SCALAR, True)])
     issues, execs = _read(s, 5, 6)
     assert (issues.shape[1], execs.shape[1]) == (1, 0)
-    s[t.at(5, t.F_STATE)] = t.DONE
+    s[layout.at(5, layout.F_STATE)] = layout.DONE
     issues, execs = _read(s, 5, 6)
     assert (issues.shape[1], execs.shape[1]) == (0, 1)
     assert execs[:, 0].tolist() == [5000 + f + 1 for f in _EXEC_FIELDS]

@@ -132,8 +132,7 @@ def test_a_backlog_of_deletions_is_looked_at_once_per_share_of_it():
     import itertools
     from array import array
 
-    from realexec.engine import frees
-    from realexec.engine import table as t
+    from realexec.engine import frees, layout
 
     class Frontend(frees.DeferredFrees):
         """The state `DeferredFrees` reads, with a set of finished tokens for the table."""
@@ -153,9 +152,9 @@ def test_a_backlog_of_deletions_is_looked_at_once_per_share_of_it():
     for token in range(1, n + 1):
         front.delete_var([token], back.append, (token,))
     front.finished.update(range(1, n + 1))
-    front._buf[t.H_DONE] = frees._RESCAN
+    front._buf[layout.H_DONE] = frees._RESCAN
     front._run_frees()
     assert back == [] and len(front._frees) == n + 1  # a look now would have freed them all
-    front._buf[t.H_DONE] = (n + 1) // frees._SHARE
+    front._buf[layout.H_DONE] = (n + 1) // frees._SHARE
     front._run_frees()
     assert sorted(back) == list(range(1, n + 1)) and [e[4] for e in front._frees] == [("held",)]

@@ -15,7 +15,7 @@ from realexec.cpu import warm
 
 MODULES = ("realexec.cpu.loops", "realexec.cpu.kernels", "realexec.cpu.conv", "realexec.cpu.pool",
            "realexec.cpu.nn", "realexec.cpu.tensor_extra", "realexec.cpu.worker",
-           "realexec.engine.table")
+           "realexec.engine.table", "realexec.engine.layout", "realexec.engine.placement")
 
 
 def _signatures() -> dict[str, int]:

@@ -53,7 +53,7 @@ from realexec.cpu.native_ops import (
     run_graph,
     run_native,
 )
-from realexec.engine import placement, sleep
+from realexec.engine import layout, placement, sleep
 from realexec.engine import table as t
 from realexec.engine.atomics import fetch_add, load, now_ns
 
@@ -148,23 +148,23 @@ def run_stamped(s, slot, token, kind, code, dtype, n, a, b, out, scalar, op_id, 
     of made as tuples per op; it is then done and below the low-water mark."""
     start = now_ns()
     if kind == GRAPH:
-        run_graph(a, b, n, s[t.H_GEMM], s[t.H_GEMM + 1])
+        run_graph(a, b, n, s[layout.H_GEMM], s[layout.H_GEMM + 1])
     else:
-        run_native(kind, code, dtype, n, a, b, out, scalar, s[t.H_GEMM + dtype])
+        run_native(kind, code, dtype, n, a, b, out, scalar, s[layout.H_GEMM + dtype])
     end = now_ns()
-    s[t.at(slot, t.F_TOKEN)] = token
-    s[t.at(slot, t.F_STATE)] = t.DONE
-    s[t.at(slot, t.F_KIND)] = kind
-    s[t.at(slot, t.F_FAILED)] = 0
-    s[t.at(slot, t.F_OP)] = op_id
-    s[t.at(slot, t.F_NAME)] = name
-    s[t.at(slot, t.F_ISSUE)] = issue
-    s[t.at(slot, t.F_ISSUED)] = start
-    s[t.at(slot, t.F_START)] = start
-    s[t.at(slot, t.F_END)] = end
-    s[t.at(slot, t.F_WORKER)] = 0
-    s[t.H_LOW] = token + 1
-    s[t.H_DONE] += 1
+    s[layout.at(slot, layout.F_TOKEN)] = token
+    s[layout.at(slot, layout.F_STATE)] = layout.DONE
+    s[layout.at(slot, layout.F_KIND)] = kind
+    s[layout.at(slot, layout.F_FAILED)] = 0
+    s[layout.at(slot, layout.F_OP)] = op_id
+    s[layout.at(slot, layout.F_NAME)] = name
+    s[layout.at(slot, layout.F_ISSUE)] = issue
+    s[layout.at(slot, layout.F_ISSUED)] = start
+    s[layout.at(slot, layout.F_START)] = start
+    s[layout.at(slot, layout.F_END)] = end
+    s[layout.at(slot, layout.F_WORKER)] = 0
+    s[layout.H_LOW] = token + 1
+    s[layout.H_DONE] += 1
 
 
 # run_stamped's argument types: the state, nine ints (slot .. out), the scalar, three ints
@@ -176,7 +176,7 @@ def run_unary_stamped(s, token, code, dtype, n, a, out, scalar, op_id, name, iss
     """`run_stamped` for the commonest op, `y = x + 1`: an elementwise op with a scalar over
     one input, its slot taken from its token here. 11 arguments instead of 14, each of which
     the call converts (`realexec.engine.pushes.Pushes.run_unary`)."""
-    run_stamped(s, token & (s[t.H_CAP] - 1), token, SCALAR, code, dtype, n, a, a, out, scalar,
+    run_stamped(s, token & (s[layout.H_CAP] - 1), token, SCALAR, code, dtype, n, a, a, out, scalar,
                 op_id, name, issue)
 
 
@@ -195,9 +195,9 @@ def work(s, lane, worker):
     placed = True
     spinning = False  # counted in the lane's Q_SPINNERS (a push wakes a sleeper only past them)
     while True:
-        if load(s, t.H_STOP):
+        if load(s, layout.H_STOP):
             if busy:
-                fetch_add(s, t.H_BUSY, -1)
+                fetch_add(s, layout.H_BUSY, -1)
             if placed:
                 placement.idle(s, worker)
             if spinning:
@@ -206,7 +206,7 @@ def work(s, lane, worker):
         slot = t.pop(s, lane)
         if slot < 0:
             if busy:
-                fetch_add(s, t.H_BUSY, -1)
+                fetch_add(s, layout.H_BUSY, -1)
                 busy = False
             if placed:  # a sleeping worker that still held its core kept woken ones off it
                 placement.idle(s, worker)
@@ -220,12 +220,12 @@ def work(s, lane, worker):
         placement.busy(s, worker)
         placed = True
         if not busy:
-            fetch_add(s, t.H_BUSY, 1)
+            fetch_add(s, layout.H_BUSY, 1)
             busy = True
-        base = t.at(slot, 0)
-        kind = s[base + t.F_KIND]
-        if kind == PYTHON or s[base + t.F_FAILED] != 0:
-            fetch_add(s, t.H_BUSY, -1)  # Python runs it; back in here, counted anew
+        base = layout.at(slot, 0)
+        kind = s[base + layout.F_KIND]
+        if kind == PYTHON or s[base + layout.F_FAILED] != 0:
+            fetch_add(s, layout.H_BUSY, -1)  # Python runs it; back in here, counted anew
             # (its core stays taken: a worker it wakes from Python must not queue behind it)
             return slot
         run_op(s, slot, worker)
@@ -237,26 +237,26 @@ def work(s, lane, worker):
 def run_op(s, slot, worker):
     """Run the native op in `slot` and stamp its span: `work`'s, and Python's for a native op
     handed to it after a failure that turned out not to be its own (`WorkerThreads`)."""
-    base = t.at(slot, 0)
-    kind = s[base + t.F_KIND]
-    s[base + t.F_START] = now_ns()
+    base = layout.at(slot, 0)
+    kind = s[base + layout.F_KIND]
+    s[base + layout.F_START] = now_ns()
     if kind == GRAPH:
-        run_graph(s[base + t.F_A], s[base + t.F_B], s[base + t.F_N], s[t.H_GEMM],
-                  s[t.H_GEMM + 1])
+        run_graph(s[base + layout.F_A], s[base + layout.F_B], s[base + layout.F_N],
+                  s[layout.H_GEMM], s[layout.H_GEMM + 1])
     else:
-        dtype = s[base + t.F_DTYPE]
-        run_native(kind, s[base + t.F_CODE], dtype, s[base + t.F_N],
-                   s[base + t.F_A], s[base + t.F_B], s[base + t.F_OUT],
-                   s.view(np.float64)[base + t.F_SCALAR], s[t.H_GEMM + dtype])
-    s[base + t.F_END] = now_ns()
-    s[base + t.F_WORKER] = worker
+        dtype = s[base + layout.F_DTYPE]
+        run_native(kind, s[base + layout.F_CODE], dtype, s[base + layout.F_N],
+                   s[base + layout.F_A], s[base + layout.F_B], s[base + layout.F_OUT],
+                   s.view(np.float64)[base + layout.F_SCALAR], s[layout.H_GEMM + dtype])
+    s[base + layout.F_END] = now_ns()
+    s[base + layout.F_WORKER] = worker
 
 
 def warm_native() -> None:
     """Compile (or load from numba's cache) the worker loop and the table's functions, by
     running one op of each kind through a small table."""
-    buf, s = t.new_state(16, 0)
-    t.at(0, t.F_FAILED)  # the engine's thread asks it once, outside the loop
+    buf, s = layout.new_state(16, 0)
+    layout.at(0, layout.F_FAILED)  # the engine's thread asks it once, outside the loop
     for dtype, code in DTYPES.items():  # dtype objects: `.name` costs a microsecond
         x = np.ones(4, dtype)
         a = address(x)
@@ -265,13 +265,13 @@ def warm_native() -> None:
                    np.empty(0, np.int64), slot, 0, 0)
         slot = work(s, 0, 0)  # runs the two native ops, hands the Python one back
         t.finish_and_pop_python(s, 0, slot, 0)
-        buf[t.H_STOP] = 1
+        buf[layout.H_STOP] = 1
         work(s, 0, 0)
         sleep.wait(s, 1, 3, 0, 0)
         sleep.wait(s, 0, 2, 0, 0)
         sleep.wake_all(s, 1)
-        buf, s = t.new_state(16, 0)
-    buf[t.H_STOP] = 1  # so the idle wait returns at once
+        buf, s = layout.new_state(16, 0)
+    buf[layout.H_STOP] = 1  # so the idle wait returns at once
     sleep.idle(s, 0, 0, False)
     from realexec.engine.spans import read_out  # (it imports this module)
     read_out(s, 0, 1, np.empty((4, 1), np.int64), np.empty((5, 1), np.int64))

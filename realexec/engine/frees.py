@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 
 from asyncsim.model.issue import FREE_POLL
-from realexec.engine import table as t
+from realexec.engine import layout
 from realexec.engine.deps import Failure
 
 # a blocker waiting while deleted vars wait for their ops wakes this often, to give back what is
@@ -39,7 +39,7 @@ class DeferredFrees:
     def delete_var(self, var, fn=None, args=()) -> None:
         """Call `fn(*args)` (give the var's memory back) once every op on `var` is done."""
         users = self._deps.drop(var)  # in push order: the last is the largest token
-        if fn is not None and not self._defer(users, self._buf[t.H_LOW], fn, args):
+        if fn is not None and not self._defer(users, self._buf[layout.H_LOW], fn, args):
             fn(*args)
 
     def delete_vars(self, vars_, give_back, one) -> None:
@@ -52,7 +52,7 @@ class DeferredFrees:
             self._give_back(give_back, (vars_,))
             return
         ready = []
-        drop, low = self._deps.drop, self._buf[t.H_LOW]
+        drop, low = self._deps.drop, self._buf[layout.H_LOW]
         for var in vars_:
             users = drop(var)
             # the common case first, `_defer`'s own first test: every user below the mark
@@ -89,12 +89,12 @@ class DeferredFrees:
         frees, done, buf = self._frees, self._done, self._buf
         # read before the looks: an op finishing during them moves it, so the next push looks
         # again (a finished op's state is written before H_DONE moves)
-        self._frees_seen = buf[t.H_DONE]
+        self._frees_seen = buf[layout.H_DONE]
         while frees and _finished(frees[0], every, buf, done):
             _, _, _, fn, args = heapq.heappop(frees)
             self._give_back(fn, args)
-        if frees and buf[t.H_DONE] - self._scanned >= max(_RESCAN, len(frees) // _SHARE):
-            self._scanned = buf[t.H_DONE]
+        if frees and buf[layout.H_DONE] - self._scanned >= max(_RESCAN, len(frees) // _SHARE):
+            self._scanned = buf[layout.H_DONE]
             kept = []
             for entry in frees:
                 if _finished(entry, every, buf, done):
@@ -117,4 +117,4 @@ def _finished(entry, every: bool, buf, done) -> bool:
     """Whether a pending deletion (`DeferredFrees._frees`) can go: its last user is below the
     low-water mark, or each of its users is done (`every`: nothing runs any more). A function,
     not a closure: `_run_frees` runs on the push path, and made one per call."""
-    return every or entry[0] < buf[t.H_LOW] or all(map(done, entry[2]))
+    return every or entry[0] < buf[layout.H_LOW] or all(map(done, entry[2]))

@@ -64,7 +64,7 @@ from realexec.cpu.worker import (
     run_stamped,
     run_unary_stamped,
 )
-from realexec.engine import placement, shutdown, sleep
+from realexec.engine import layout, placement, shutdown, sleep
 from realexec.engine import table as t
 from realexec.engine.core import Lane, default_workers, settings
 from realexec.engine.deps import Failure, OpError, Var
@@ -94,8 +94,8 @@ class NativeEngine(Pushes, WorkerThreads, DeferredFrees, TableSpans, shutdown.En
             raise ValueError(f"capacity must be a power of two, at least 2, got {capacity}")
         self.cap = capacity
         self._harvest_every = min(2 * BLOCK, capacity // 2)
-        self._buf, self.state = t.new_state(capacity, int(IDLE_SPIN_S * 1e9), default_workers(),
-                                            GEMM_ADDRESSES)
+        self._buf, self.state = layout.new_state(capacity, int(IDLE_SPIN_S * 1e9),
+                                                 default_workers(), GEMM_ADDRESSES)
         self._push = t.entry(t.push, t.PUSH_TYPES)
         self._push_unary = t.entry(t.push_unary, t.PUSH_UNARY_TYPES)
         self._run = t.entry(run_stamped, STAMPED_TYPES) if self._sync else None
@@ -147,8 +147,8 @@ class NativeEngine(Pushes, WorkerThreads, DeferredFrees, TableSpans, shutdown.En
         """As `Engine.add_lane`; a lane's threads run the compiled loop."""
         if name in self.lanes:
             raise ValueError(f"lane {name!r} exists")
-        if len(self.lanes) >= t.MAX_LANES:
-            raise ValueError(f"at most {t.MAX_LANES} lanes")
+        if len(self.lanes) >= layout.MAX_LANES:
+            raise ValueError(f"at most {layout.MAX_LANES} lanes")
         lane = Lane(name, workers, kind, labels, log)
         self._lane_index[name] = len(self.lanes)
         self.lanes[name] = lane
@@ -174,7 +174,7 @@ class NativeEngine(Pushes, WorkerThreads, DeferredFrees, TableSpans, shutdown.En
         if self._forked:
             raise EngineStopped(self._stopped)
         token = self._deps.last_write(var)
-        if token is not None and token >= self._buf[t.H_LOW]:
+        if token is not None and token >= self._buf[layout.H_LOW]:
             self._wait(0, token)
         if self._frees:
             self._run_frees()
@@ -189,9 +189,9 @@ class NativeEngine(Pushes, WorkerThreads, DeferredFrees, TableSpans, shutdown.En
         if self._forked:
             raise EngineStopped(self._stopped)
         target = self._next
-        if self._buf[t.H_DONE] < target:
+        if self._buf[layout.H_DONE] < target:
             self._wait(1, target)
-        self._run_frees(every=self._buf[t.H_DONE] >= self._next)
+        self._run_frees(every=self._buf[layout.H_DONE] >= self._next)
         self._interrupted = False
         with self._lock:
             failures, self._failures = self._failures, []
@@ -200,7 +200,7 @@ class NativeEngine(Pushes, WorkerThreads, DeferredFrees, TableSpans, shutdown.En
 
     @property
     def pending(self) -> int:
-        return self._next - self._buf[t.H_DONE]
+        return self._next - self._buf[layout.H_DONE]
 
     @property
     def blocked(self) -> bool:
@@ -254,10 +254,10 @@ class NativeEngine(Pushes, WorkerThreads, DeferredFrees, TableSpans, shutdown.En
     def _stop(self, cancel: bool) -> None:
         self._closed = True
         shutdown.unregister(self)
-        if cancel and self._buf[t.H_DONE] < self._next:
-            self._stopped = (f"the engine was stopped with {self._next - self._buf[t.H_DONE]} "
+        if cancel and self._buf[layout.H_DONE] < self._next:
+            self._stopped = (f"the engine was stopped with {self._next - self._buf[layout.H_DONE]} "
                              f"op(s) unfinished")
-        self._buf[t.H_STOP] = 1
+        self._buf[layout.H_STOP] = 1
         sleep.wake_all(self.state, len(self.lanes))
         me = threading.current_thread()
         deadline = perf_counter_ns() + int(JOIN_S * 1e9)
@@ -276,8 +276,8 @@ class NativeEngine(Pushes, WorkerThreads, DeferredFrees, TableSpans, shutdown.En
         full collection frees, and a test may open thousands of sessions before one runs):
         a table of two slots with the same counters stands in for it. A worker abandoned in a
         long kernel keeps the old one alive until it returns."""
-        buf, state = t.new_state(2, 0)
-        for h in (t.H_NEXT, t.H_DONE, t.H_LOW, t.H_STOP):
+        buf, state = layout.new_state(2, 0)
+        for h in (layout.H_NEXT, layout.H_DONE, layout.H_LOW, layout.H_STOP):
             buf[h] = self._buf[h]
         self._buf, self.state = buf, state
         self._ops, self._deps = [None] * 2, Deps()
@@ -308,7 +308,7 @@ def _cores() -> list[int]:
 def _low_in(buf):
     """The table's low-water mark, read through `buf` (every op below it is done), for `Deps`
     to prune reader lists by. A closure over the buffer, not the engine (see `_done_in`)."""
-    low = t.H_LOW
+    low = layout.H_LOW
 
     def below() -> int:
         return buf[low]
@@ -320,12 +320,12 @@ def _done_in(buf, cap: int):
     """`table.is_done` for a table of `cap` slots, read from Python through `buf` (cheaper than
     a compiled call for one token). A closure, not a method: `Deps` keeps it, and a bound
     method would make a reference cycle that only the cyclic GC frees (the table is MiBs)."""
-    low, mask, state, done = t.H_LOW, cap - 1, t.F_STATE, t.DONE
+    low, mask, state, done = layout.H_LOW, cap - 1, layout.F_STATE, layout.DONE
 
     def finished(token: int) -> bool:
         if token < buf[low]:
             return True
-        at = t.OPS + (token & mask) * t.STRIDE
-        return buf[at + t.F_TOKEN] != token or buf[at + state] == done
+        at = layout.OPS + (token & mask) * layout.STRIDE
+        return buf[at + layout.F_TOKEN] != token or buf[at + state] == done
 
     return finished

@@ -27,6 +27,7 @@ from time import perf_counter_ns
 import numpy as np
 
 from realexec.cpu.worker import PYTHON, SCALAR
+from realexec.engine import layout
 from realexec.engine import table as t
 from realexec.engine.core import FRONTEND
 from realexec.engine.shutdown import EngineStopped
@@ -54,15 +55,15 @@ class Pushes:
         if t_issue is None:
             t_issue = perf_counter_ns()
         token = self._next
-        if self.max_inflight is not None and token - self._buf[t.H_DONE] >= self.max_inflight:
+        if self.max_inflight is not None and token - self._buf[layout.H_DONE] >= self.max_inflight:
             self.throttle(name, op_id)
         if token >= self._next_harvest:
             self._harvest(token)
-        if self._frees and self._buf[t.H_DONE] != self._frees_seen:
+        if self._frees and self._buf[layout.H_DONE] != self._frees_seen:
             self._run_frees()
         failed = 0
         if self._tainted and self._inherited(reads, writes) is not None:
-            failed = t.FAILED_INHERITED
+            failed = layout.FAILED_INHERITED
         self._next = token + 1
         slot = token & (self.cap - 1)
         if self._sync:
@@ -106,7 +107,7 @@ class Pushes:
         token = self._next
         if token >= self._next_harvest:
             self._harvest(token)
-        if self._frees and self._buf[t.H_DONE] != self._frees_seen:
+        if self._frees and self._buf[layout.H_DONE] != self._frees_seen:
             self._run_frees()
         self._next = token + 1
         slot = token & (self.cap - 1)
@@ -114,7 +115,7 @@ class Pushes:
         if number is None:
             number = self._name_number(name)
         pred = self._deps.add_fresh(token, read, write)
-        if pred >= self._buf[t.H_LOW]:
+        if pred >= self._buf[layout.H_LOW]:
             # only a predecessor in flight can fail it later: the worker then poisons the op's
             # output by this record (`_fail_python`); below the mark it is done, and the slot's
             # record stays None (its last one cleared by `_harvest`): 0.1 us less an op
@@ -169,14 +170,14 @@ class Pushes:
                 self._run_python(slot, self._labels[0], log=True)
         finally:
             self._ops[slot] = None
-            self._buf[t.H_DONE] += 1
-            self._buf[t.H_LOW] = self._next
+            self._buf[layout.H_DONE] += 1
+            self._buf[layout.H_LOW] = self._next
             self._log.append((FRONTEND, "wait", name, op_id, start, perf_counter_ns()))
 
     def throttle(self, name: str = "op", op_id: int = -1) -> None:
         """Block while `max_inflight` ops are pending (a "wait" span named "max_inflight")."""
         cap = self.max_inflight
-        if cap is None or self._next - self._buf[t.H_DONE] < cap:
+        if cap is None or self._next - self._buf[layout.H_DONE] < cap:
             return
         start = perf_counter_ns()
         self._wait(1, self._next - cap + 1)

@@ -5,7 +5,7 @@
   sleeps, and only when more ops are queued than the lane has workers spinning (`Q_SPINNERS`,
   who will take them): before that rule each push of a loop of small ops woke the sleeping
   second worker only to find the op taken, a system call for the frontend and a context switch
-  each. The waker first steers idle workers off busy workers' cores (`table.steer`).
+  each. The waker first steers idle workers off busy workers' cores (`placement.steer`).
 - A blocker (`wait`) spins only while a core is free of busy workers (`H_BUSY` < `H_CORES`),
   then sleeps on `H_GEN`, which every completion bumps; a completion makes the system call that
   wakes it only once the blocker's condition (`H_WAIT_KIND`, `H_WAIT_TARGET`) holds.
@@ -29,7 +29,7 @@ from realexec.engine.atomics import (
     pause,
     sched_yield,
 )
-from realexec.engine.table import (
+from realexec.engine.layout import (
     H_BLOCKING,
     H_BUSY,
     H_CORES,
@@ -48,11 +48,9 @@ from realexec.engine.table import (
     Q_SLEEPERS,
     Q_SPINNERS,
     Q_TAIL,
-    holds,
-    lock,
-    steer,
-    unlock,
 )
+from realexec.engine.placement import steer
+from realexec.engine.table import holds, lock, unlock
 
 
 @njit(nogil=True, cache=True)

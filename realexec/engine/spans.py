@@ -25,14 +25,14 @@ from numba import njit
 
 from asyncsim.nd.trace import Span
 from realexec.cpu.worker import PYTHON
-from realexec.engine import table as t
+from realexec.engine import layout
 from realexec.engine.core import FRONTEND
 
 BLOCK = 256  # spans are read out of the table this many ops at a time
 RECHECK = 64  # pushes between two read-outs while the workers lag behind the frontend
 # the fields an issue span and an exec span are made of (`read_out` copies them, in this order)
-_ISSUE_FIELDS = (t.F_NAME, t.F_OP, t.F_ISSUE, t.F_ISSUED)
-_EXEC_FIELDS = (t.F_WORKER, t.F_NAME, t.F_OP, t.F_START, t.F_END)
+_ISSUE_FIELDS = (layout.F_NAME, layout.F_OP, layout.F_ISSUE, layout.F_ISSUED)
+_EXEC_FIELDS = (layout.F_WORKER, layout.F_NAME, layout.F_OP, layout.F_START, layout.F_END)
 
 
 class TableSpans:
@@ -45,9 +45,9 @@ class TableSpans:
         `token` needs still holds an op not read out. No Python object per op: the frontend
         runs this every few hundred pushes, and `flush` makes the spans' tuples when the log is
         read (why, in the module docstring)."""
-        if token - self.cap >= self._buf[t.H_LOW] and not self._closed:
+        if token - self.cap >= self._buf[layout.H_LOW] and not self._closed:
             self._wait(2, token - self.cap + 1)
-        lo, low = self._harvested, min(self._buf[t.H_LOW], token)
+        lo, low = self._harvested, min(self._buf[layout.H_LOW], token)
         # the next read-out: a block's worth of ops later, or `RECHECK` pushes later while the
         # workers lag (it was every push then, each copying out the few ops done since), but
         # before a push could need a slot whose op is not done
@@ -104,20 +104,20 @@ def read_out(s, lo, hi, issues, execs):
     later read-out of the same tokens skips them. Returns how many of each. Compiled: with
     numpy's fancy indexing over the table's columns a read-out cost 0.1 us per op of a
     `y = x + 1` loop in sync mode (57 us a block, 2-core AMD EPYC VM)."""
-    cap = s[t.H_CAP]
+    cap = s[layout.H_CAP]
     k = m = 0
     for token in range(lo, hi):
-        base = t.at(token & (cap - 1), 0)
-        if s[base + t.F_ISSUE] != 0:
+        base = layout.at(token & (cap - 1), 0)
+        if s[base + layout.F_ISSUE] != 0:
             for i in range(len(_ISSUE_FIELDS)):
                 issues[i, k] = s[base + _ISSUE_FIELDS[i]]
-            s[base + t.F_ISSUE] = 0
+            s[base + layout.F_ISSUE] = 0
             k += 1
-        if (s[base + t.F_STATE] == t.DONE and s[base + t.F_START] != 0
-                and s[base + t.F_KIND] != PYTHON):
+        if (s[base + layout.F_STATE] == layout.DONE and s[base + layout.F_START] != 0
+                and s[base + layout.F_KIND] != PYTHON):
             for i in range(len(_EXEC_FIELDS)):
                 execs[i, m] = s[base + _EXEC_FIELDS[i]]
-            s[base + t.F_START] = 0
+            s[base + layout.F_START] = 0
             m += 1
     return k, m
 

@@ -1,15 +1,8 @@
-"""The compiled engine's shared state: one int64 array holding the op table, the successor edges and
-each lane's ready queue, and the compiled functions over it that need no GIL.
-
-Why one array: a compiled call from Python costs ~25 ns per argument to unbox, so everything a
-worker and the frontend share is one argument; Python reads single items through an `array('q')`
-over the same memory (`realexec.engine.native`). The frontend calls `push` through its compiled
-entry point (`entry`), not numba's dispatcher, which would work out every argument's type at
-every call.
-
-Layout (`new_state`): a header of counters, a header per lane, then the op records of `cap`
-slots (op token t lives in slot t % cap; `at(slot, field)`), the edge pool, and per lane a ring
-of `cap` slots.
+"""The compiled engine's op table: the compiled functions over the shared state
+(`realexec.engine.layout`) that push ops, queue the ready ones, pop them for workers and complete
+them, none needing the GIL but the frontend's pushes. The frontend calls `push` through its
+compiled entry point (`entry`), not numba's dispatcher, which would work out every argument's
+type at every call.
 
 - An op's state: PENDING (waiting for `pending` predecessors), QUEUED, RUNNING, DONE. Its token is
   done when it is below the low-water mark `H_LOW` (every op before it is done too) or its slot
@@ -25,9 +18,9 @@ of `cap` slots.
 - Sleeping (`realexec.engine.sleep`): `push` and `complete` bump a lane's futex word to wake a
   sleeping worker only when more ops are queued than the lane has workers spinning
   (`Q_SPINNERS`, who will take them), steering idle workers off busy workers' cores first
-  (`steer`); a push steers a spinner off the pushing frontend's core (`_unstarve`); a
-  completion wakes a sleeping blocker only once its condition (`H_WAIT_KIND`, `H_WAIT_TARGET`)
-  holds.
+  (`placement.steer`); a push steers a spinner off the pushing frontend's core
+  (`placement.unstarve`); a completion wakes a sleeping blocker only once its condition
+  (`H_WAIT_KIND`, `H_WAIT_TARGET`) holds.
 
 Units: nanoseconds (`atomics.now_ns`, Python's perf_counter_ns clock).
 """
@@ -35,7 +28,6 @@ Units: nanoseconds (`atomics.now_ns`, Python's perf_counter_ns clock).
 from __future__ import annotations
 
 import functools
-from array import array
 
 import numpy as np
 from numba import njit, types
@@ -48,77 +40,60 @@ from realexec.engine.atomics import (
     now_ns,
     pause,
     sched_yield,
-    set_affinity,
     store,
 )
-
-# header: words written by different threads sit on different 64-byte cache lines
-H_LOCK, H_EFREE, H_ECOUNT = 0, 1, 2  # taken together, under the lock
-H_NEXT, H_FRONT_CPU = 8, 9  # written by the frontend's push: the next token, its core
-H_DONE, H_LOW, H_GEN = 16, 17, 18  # written by completions
-H_SLEEPERS, H_WAIT_KIND, H_WAIT_TARGET = 24, 25, 26  # blockers asleep, and what one waits for
-H_STOP, H_CAP, H_NEDGES, H_SPIN_NS, H_CORES = 32, 33, 34, 35, 36  # read-mostly
-H_GEMM = 37  # read-mostly: the sgemm and dgemm addresses (H_GEMM + dtype; 0: none)
-H_PLACES = 39  # read-mostly: where the workers' cores are kept (`realexec.engine.placement`);
-# 0: workers are not moved
-H_BUSY, H_SPINNING = 40, 41  # worker threads running ops now, and idle ones spinning
-H_BLOCKING = 42  # threads inside `wait` (a frontend there leaves its core to the workers)
-H_WORKERS = 43  # worker indices seen by `placement.busy` (one past the highest)
-LANES, LANE_FIELDS, MAX_LANES = 48, 8, 16  # a lane's header: a cache line
-Q_HEAD, Q_TAIL, Q_FUTEX, Q_SLEEPERS, Q_SPINNERS = range(5)
-OPS = LANES + LANE_FIELDS * MAX_LANES
-# an op record: these fields, contiguous, then padding to 3 cache lines (the frontend writes a
-# record while a worker stamps the one before it). F_OP, F_NAME (an index into the engine's
-# names) and F_ISSUE..F_ISSUED (the push's own span) are for the trace only: the frontend reads
-# them out in blocks, never per op
-(F_TOKEN, F_STATE, F_PENDING, F_SUCC, F_LANE, F_KIND, F_CODE, F_DTYPE, F_N, F_A, F_B, F_OUT,
- F_SCALAR, F_START, F_END, F_WORKER, F_FAILED, F_OP, F_NAME, F_ISSUE, F_ISSUED) = range(21)
-STRIDE = 24
-PENDING, QUEUED, RUNNING, DONE = 1, 2, 3, 4
-FAILED_OWN, FAILED_INHERITED = 1, 2
-EDGES_PER_OP = 4  # the edge pool: a successor list entry per dependency in flight
-# after the rings: the cores the process may use and a scratch mask (cpu_set_t, 1024 bits each);
-# per worker the core it runs an op on now, plus one (idle: minus the core it went idle on, plus
-# one; 0: it never ran); and per worker its thread id
-# (0: not to be steered; negative: steered, its affinity to be given back at its next op);
-# `realexec.engine.placement`
-MASK_WORDS, MAX_WORKERS = 16, 64
-PLACE_WORDS = 2 * MASK_WORDS + 2 * MAX_WORKERS
-
-
-def new_state(cap: int, spin_ns: int, cores: int = 1 << 20,
-              gemm: tuple[int, int] | None = None) -> tuple[array, np.ndarray]:
-    """A fresh state for `cap` op slots (a power of two), for a process on `cores` cores, whose
-    workers multiply matrices through `gemm` (sgemm and dgemm addresses, `realexec.cpu.blas`):
-    the `array('q')` Python reads and a numpy view of the same memory for compiled code."""
-    assert cap & (cap - 1) == 0, cap
-    nedges = EDGES_PER_OP * cap
-    size = places_at(cap, nedges) + PLACE_WORDS
-    buf = array("q", bytes(8 * size))
-    state = np.frombuffer(buf, np.int64)
-    state[H_CAP], state[H_NEDGES], state[H_SPIN_NS] = cap, nedges, spin_ns
-    state[H_CORES] = cores
-    if gemm is not None:
-        state[H_GEMM], state[H_GEMM + 1] = gemm
-    state[H_FRONT_CPU] = -1  # no push yet
-    state[OPS + F_TOKEN: OPS + STRIDE * cap: STRIDE] = -1
-    edges = OPS + STRIDE * cap
-    state[edges: edges + nedges] = np.arange(1, nedges + 1)  # the free list: each to the next
-    state[edges + nedges - 1] = -1
-    state[H_EFREE] = 0
-    return buf, state  # H_PLACES = 0: `placement.allow` turns moves on
-
-
-def places_at(cap: int, nedges: int) -> int:
-    """Where the placement words start (after the header, the records, the edges and the
-    rings) in a state of `cap` slots and `nedges` edges."""
-    return OPS + STRIDE * cap + 2 * nedges + MAX_LANES * cap
-
-
-@njit(nogil=True, cache=True, inline="always")
-def at(slot, f):
-    """Where field `f` of the op in `slot` is."""
-    return OPS + slot * STRIDE + f
+from realexec.engine.layout import (
+    DONE,
+    F_A,
+    F_B,
+    F_CODE,
+    F_DTYPE,
+    F_END,
+    F_FAILED,
+    F_ISSUE,
+    F_ISSUED,
+    F_KIND,
+    F_LANE,
+    F_N,
+    F_NAME,
+    F_OP,
+    F_OUT,
+    F_PENDING,
+    F_SCALAR,
+    F_START,
+    F_STATE,
+    F_SUCC,
+    F_TOKEN,
+    FAILED_INHERITED,
+    H_CAP,
+    H_DONE,
+    H_ECOUNT,
+    H_EFREE,
+    H_FRONT_CPU,
+    H_GEN,
+    H_LOCK,
+    H_LOW,
+    H_NEDGES,
+    H_NEXT,
+    H_PLACES,
+    H_SLEEPERS,
+    H_WAIT_KIND,
+    H_WAIT_TARGET,
+    LANE_FIELDS,
+    LANES,
+    OPS,
+    PENDING,
+    Q_FUTEX,
+    Q_HEAD,
+    Q_SLEEPERS,
+    Q_SPINNERS,
+    Q_TAIL,
+    QUEUED,
+    RUNNING,
+    STRIDE,
+    at,
+)
+from realexec.engine.placement import unstarve, wake_worker
 
 
 @njit(nogil=True, cache=True)
@@ -293,9 +268,9 @@ def _release(s, slot, lane):
         wake = _enqueue(s, lane, slot)
     unlock(s)
     if wake:
-        _wake_worker(s, lane)
+        wake_worker(s, lane)
     elif left == 0 and s[H_PLACES] != 0:
-        _unstarve(s)
+        unstarve(s)
     s[at(slot, F_ISSUED)] = now_ns()  # only the frontend reads it, and it is the caller
     return left == 0
 
@@ -320,104 +295,6 @@ def entry(dispatcher, argtypes: tuple):
         return dispatcher
     dispatcher.compile(argtypes)  # from numba's cache when it holds it
     return dispatcher.overloads[argtypes].entry_point
-
-
-@njit(nogil=True, cache=True)
-def worker_cores(s, skip):
-    """The cores (a bit each, 0..63) where busy workers other than worker `skip` run ops now,
-    as `realexec.engine.placement` keeps them (placement on)."""
-    first = s[H_PLACES] + 2 * MASK_WORDS
-    used = 0
-    for j in range(min(load(s, H_WORKERS), MAX_WORKERS)):
-        c = load(s, first + j) - 1
-        if j != skip and 0 <= c < 64:
-            used |= 1 << c
-    return used
-
-
-@njit(nogil=True, cache=True)
-def pushing_core(s):
-    """The core (a bit) the frontend pushes from; 0 while it waits in a blocker (its core is
-    free then) or before its first push."""
-    front = load(s, H_FRONT_CPU)
-    if 0 <= front < 64 and load(s, H_BLOCKING) == 0:
-        return 1 << front
-    return 0
-
-
-@njit(nogil=True, cache=True)
-def lowest(mask):
-    """The lowest core whose bit is set in `mask` (nonzero)."""
-    core = 0
-    while not (mask >> core) & 1:
-        core += 1
-    return core
-
-
-@njit(nogil=True, cache=True)
-def _wake_worker(s, lane):
-    """Wake a sleeping worker of `lane` (its futex word bumped under the lock), steered first."""
-    steer(s)
-    futex_wake(s, LANES + LANE_FIELDS * lane + Q_FUTEX, 1)
-
-
-@njit(nogil=True, cache=True)
-def steer(s):
-    """Let each idle worker that can be steered (`realexec.engine.placement.register`), and is
-    kept on a core a busy worker or the pushing frontend uses, run only on the cores free of
-    both. Called before a worker is woken and as a blocker starts to wait (its core is then
-    free). Woken, the OS queued a worker on the core it last ran on, behind the busy worker
-    there, and left it there for milliseconds: the second of ten independent 200 us products
-    ran after the first worker had done all ten in 14 of 20 runs. A steered worker gives itself
-    every allowed core back at its next op (`placement.busy`). A worker is not steered beside
-    the pushing frontend: a version that did ran a push-bound loop of 3 us ops on two workers at
-    4.8-6.5 us an op, against 4.0 on one (4.5-5.0 without it; `benchmarks/small_ops.py`). It is
-    steered off the pushing frontend's core even when no worker is busy: woken there, the first
-    op of a chain waited behind a frontend issuing the other 99 (2 ms) while the other core idled
-    (`small_ops`' chain of 100 products: 1.93-2.07 ms at the median, up to 8.1, before; 1.72-1.80,
-    up to 2.9, after; fifteen runs each, twice)."""
-    base = s[H_PLACES]
-    if base == 0:
-        return
-    cores = base + 2 * MASK_WORDS
-    tids = cores + MAX_WORKERS
-    taken = worker_cores(s, -1) | pushing_core(s)
-    if taken == 0:
-        return  # nothing to keep a worker off: the OS's placement is left alone
-    free = s[base] & ~taken
-    if free == 0:
-        return
-    target = lowest(free)
-    mask = np.zeros(MASK_WORDS, np.int64)
-    mask[0] = free
-    for j in range(min(load(s, H_WORKERS), MAX_WORKERS)):
-        tid = load(s, tids + j)
-        kept = load(s, cores + j)  # idle: minus one more than the core it is kept on
-        if tid == 0 or kept > 0 or (kept < 0 and (free >> (-kept - 1)) & 1):
-            continue
-        # the worker says where it is kept itself as it goes idle or busy: only if it did not
-        if cas(s, cores + j, kept, -(target + 1)) == kept:
-            set_affinity(mask, 0, MASK_WORDS, abs(tid))
-            store(s, tids + j, -abs(tid))
-
-
-@njit(nogil=True, cache=True)
-def _unstarve(s):
-    """An op was queued for a spinning worker (none woken): if an idle worker is kept on the
-    core the frontend pushes from, steer it off (`steer`). The worker that finished the last op
-    before a blocker returned woke the frontend, and the OS queued the frontend on that
-    worker's core, where the worker went on spinning: there it got no turn while the frontend
-    issued, and `small_ops`' chain of 100 products waited for its first op until the frontend
-    blocked, 1-1.5 ms, in 3-4% of runs (13 of 400; the other core idle)."""
-    front = load(s, H_FRONT_CPU)
-    if front < 0 or front >= 64 or load(s, H_BLOCKING) != 0:
-        return
-    cores = s[H_PLACES] + 2 * MASK_WORDS
-    tids = cores + MAX_WORKERS
-    for j in range(min(load(s, H_WORKERS), MAX_WORKERS)):
-        if load(s, cores + j) == -(front + 1) and load(s, tids + j) > 0:
-            steer(s)
-            return
 
 
 @njit(nogil=True, cache=True)
@@ -506,7 +383,7 @@ def complete(s, slot, failed):
     lane = 0
     while woken:
         if woken & 1:
-            _wake_worker(s, lane)
+            wake_worker(s, lane)
         woken >>= 1
         lane += 1
 

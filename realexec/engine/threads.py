@@ -24,7 +24,7 @@ import threading
 from time import perf_counter_ns
 
 from realexec.cpu.worker import PYTHON, run_op, seed_thread, work
-from realexec.engine import placement
+from realexec.engine import layout, placement
 from realexec.engine import table as t
 from realexec.engine.core import Lane
 from realexec.engine.deps import Failure
@@ -46,7 +46,7 @@ class WorkerThreads:
             # numba seeds a thread's random state from os.urandom, with the GIL, at its first
             # use: here, so that no sampler in the loop waits for a GIL the frontend holds
             seed_thread()
-        failed, kind = t.at(0, t.F_FAILED), t.at(0, t.F_KIND)
+        failed, kind = layout.at(0, layout.F_FAILED), layout.at(0, layout.F_KIND)
         free = set(self._cores)  # while it runs Python ops (see the module docstring)
         while True:
             slot = work(state, lane_index, index)  # lets the GIL go meanwhile
@@ -55,17 +55,17 @@ class WorkerThreads:
             if core >= 0:
                 os.sched_setaffinity(0, free)
             while slot >= 0:  # a run of Python ops, the GIL held throughout
-                bad = self._buf[failed + slot * t.STRIDE]
+                bad = self._buf[failed + slot * layout.STRIDE]
                 if bad and self._fail_python(slot):
-                    how = t.FAILED_INHERITED
+                    how = layout.FAILED_INHERITED
                 else:
                     if bad:  # a predecessor failed, but no var of its own is poisoned: it runs
-                        self._buf[failed + slot * t.STRIDE] = 0
-                    if self._buf[kind + slot * t.STRIDE] != PYTHON:  # a native op, handed over
+                        self._buf[failed + slot * layout.STRIDE] = 0
+                    if self._buf[kind + slot * layout.STRIDE] != PYTHON:  # a native op, handed over
                         run_op(state, slot, index)  # for its predecessor's failure alone
                         how = 0
                     else:
-                        how = t.FAILED_OWN if self._run_python(slot, label, lane.log) else 0
+                        how = layout.FAILED_OWN if self._run_python(slot, label, lane.log) else 0
                 slot = t.finish_and_pop_python(state, lane_index, slot, how)
                 if self._stopped is not None:
                     return
