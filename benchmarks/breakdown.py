@@ -9,8 +9,10 @@ each, the frontend's issue and wait spans beside them, how many streaming ops ra
 the product before them, then per op name and size (bytes read plus written) the median exec
 time, predicted and measured, and measured apart for the ops whose first input was written on
 the same worker and on another one, then for `dot` the speed (GFLOP/s) of each distinct product
-(by its flops and transposes), predicted and measured. Reading aid for the
-accuracy table, not a target: one run, on a machine whose speed moves.
+(by its flops and transposes), predicted and measured, and last per benchmark region how
+often the frontend issued (the time from its first issue to its last over the issues between),
+its median issue span, the median exec span and the peak of cpu memory, predicted and measured.
+Reading aid for the accuracy table, not a target: one run, on a machine whose speed moves.
 """
 
 from __future__ import annotations
@@ -67,6 +69,22 @@ def by_size(program, pred, meas) -> dict:
             same = None if source is None else source.lane == m.lane
             out[(op.name, op.nbytes)].append((p.duration, m.duration, same))
         writer[op.out] = op.id
+    return out
+
+
+def regions(trace) -> dict:
+    """Benchmark region -> (seconds between issues, median issue span, median exec span, peak cpu
+    bytes) over the spans that start inside it."""
+    out = {}
+    for label, start, end in trace.marks:
+        issues = [s for s in trace.spans if s.kind == "issue" and start <= s.start <= end]
+        execs = [s.duration for s in trace.spans if s.kind == "exec" and start <= s.start <= end]
+        peak = max((b for t, dev, b in trace.memory if dev == "cpu" and start <= t <= end),
+                   default=0)
+        every = ((issues[-1].start - issues[0].start) / (len(issues) - 1)
+                 if len(issues) > 1 else float("nan"))
+        out[label] = (every, statistics.median(s.duration for s in issues) if issues else 0.0,
+                      statistics.median(execs) if execs else 0.0, peak)
     return out
 
 
@@ -138,6 +156,16 @@ def main() -> None:
             mt = statistics.median(b for _, b in pairs)
             label = f"{flops / 1e6:.1f} {'+'.join(flags) or '-'}"
             print(f"{label:34s} {len(pairs):4d} {flops / pt / 1e9:13.1f} {flops / mt / 1e9:13.1f}")
+    rp, rm = regions(pred), regions(meas)
+    print(f"\n{'region (pred / meas)':28s} {'issue every us':>17s} {'issue us':>15s} "
+          f"{'exec us':>15s} {'peak cpu MiB':>15s}")
+    for label in rp:
+        if label in rm:
+            pairs = zip(rp[label][:3], rm[label][:3], strict=True)
+            cells = [f"{a * 1e6:7.1f} {b * 1e6:7.1f}" for a, b in pairs]
+            cells.append(f"{rp[label][3] / 2**20:7.2f} {rm[label][3] / 2**20:7.2f}")
+            print(f"{label[:28]:28s} {cells[0]:>17s} {cells[1]:>15s} {cells[2]:>15s} "
+                  f"{cells[3]:>15s}")
 
 
 if __name__ == "__main__":
