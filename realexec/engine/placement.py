@@ -36,14 +36,14 @@ ended a blocker had the frontend queued on its own core, and got no turn there w
 frontend issued (`small_ops`' chain: its first op waited 1-1.5 ms in 25 of 600 runs, none
 after).
 
-State (in `realexec.engine.table`'s array, after the lane rings): the cores the process may use
-and a scratch mask, each a cpu_set_t of `MASK_WORDS` int64 words, then per worker index its core
-plus one while it runs ops (a worker running a Python op keeps its core, so one it wakes from
+State (in the shared array of `realexec.engine.layout`, after the lane rings): the cores the process
+may use and a scratch mask, each a cpu_set_t of `MASK_WORDS` int64 words, then per worker index its
+core plus one while it runs ops (a worker running a Python op keeps its core, so one it wakes from
 Python moves away from it); while idle, minus the core it went idle on plus one (0: it never ran),
-written with plain stores (a steerer's with a compare-and-swap): a stale read costs one
-needless move or one missed one, never a wrong result. After the cores, per worker index its
-thread id (0: never steered; negative while steered). Cores 0..63 only; workers past
-`MAX_WORKERS`, or a process allowed cores above 63, are never moved.
+written with plain stores (a steerer's with a compare-and-swap): a stale read costs one needless
+move or one missed one, never a wrong result. After the cores, per worker index its thread id (0:
+never steered; negative while steered). Cores 0..63 only; workers past `MAX_WORKERS`, or a process
+allowed cores above 63, are never moved.
 """
 
 from __future__ import annotations
