@@ -8,7 +8,8 @@ the compiled engine draining while the frontend pushes), and the same loop in sy
 run inside its push, which needs no dependency analysis: only the deletions ask it). Each round
 runs every variant once, in turn, each in a fresh session after an untimed warm-up; the figures
 are microseconds per op, the median and the lowest over the rounds (this machine's speed moves
-from second to second). What each variant replaces:
+from second to second), and "x numpy" the median over the rounds of each round's time over
+numpy's op in that round. What each variant replaces:
 
 - "one drop at a time": not a stand-in but the engine before its dropped results went back in
   runs (`asyncsim.model.issue.DROP_BATCH`): each drop deleted and given back alone;
@@ -27,12 +28,17 @@ from second to second). What each variant replaces:
   output from free lists, a small var, the table's slot and read-out, the compiled push (in sync
   mode the compiled kernel); a drop gives the buffer back at once;
 - "ring, no call" (async only): not the engine but the frontend of a push that makes no call at
-  all: `ND` over a backend (`Ring`) whose push writes the op's record (op id, op code, input
-  var, output var, elements, scalar) into a shared int64 ring by memoryview stores and moves the
-  ring's tail, and whose drop writes a deletion record. Nothing reads the ring: it is the
-  frontend's floor if a compiled thread took the records and did the pool's accounting, the
+  all: `ND` over a backend (`ring_reader.Unread`) whose push writes the op's record (op id, op
+  code, input var, output var, bytes, scalar) into a shared int64 ring by memoryview stores and
+  moves the ring's tail, and whose drop writes a deletion record. Nothing reads the ring: it is
+  the frontend's floor if a compiled thread took the records and did the pool's accounting, the
   dependency analysis and the buffers' addresses itself (x86 keeps a thread's stores in order,
-  so a reader that sees the tail sees the record).
+  so a reader that sees the tail sees the record);
+- "ring, compiled reader" (async only): the same records taken as they come by a compiled
+  thread on the other core (`ring_reader.RingReader`), which looks each op's input up by var
+  number, gives its output a buffer from free lists over one arena, runs the kernel and takes a
+  deletion's buffer back: the floor with the ring's lines moving between the two cores in it,
+  and the loop's final waitall (the reader keeping up).
 
 "numpy" is numpy's own `b = a + 1` on the same array, and "nd alone" the frontend over a backend
 that does nothing (`overhead.NullBackend`; "fast path": one that takes the fast path's calls,
@@ -52,6 +58,7 @@ import time
 
 import numpy as np
 from overhead import NullBackend, nd_per_op
+from ring_reader import RingReader, Unread
 
 import realexec
 import realexec.cpu.drops as drops
@@ -168,40 +175,6 @@ class Silent(NullBackend):
         pass
 
 
-class Ring(NullBackend):
-    """The records of a push with no call: each op's fields written into an int64 ring by
-    memoryview stores, then its tail (slot 0); a drop writes a deletion record. Nothing reads
-    them; the ring wraps before it fills. The tail's move is written out in both methods, not
-    shared: a call more per op would be part of the floor this measures."""
-
-    def __init__(self, slots: int = 1 << 16):
-        self.words = np.zeros(slots, np.int64)
-        self.ints = memoryview(self.words)
-        self.floats = self.ints.cast("B").cast("d")
-        self.codes = {"add_scalar": ADD}
-        self.tail, self.wrap = 8, slots - 16
-
-    def issue_same(self, op_id, name, reads, var, shape, dtype, device, attrs, nbytes):
-        at, ints = self.tail, self.ints
-        ints[at] = op_id
-        ints[at + 1] = self.codes[name]
-        ints[at + 2] = reads[0]
-        ints[at + 3] = var
-        ints[at + 4] = nbytes
-        self.floats[at + 5] = attrs["scalar"]
-        at += 6
-        self.tail = at if at < self.wrap else 8
-        ints[0] = self.tail
-
-    def free(self, var):
-        at, ints = self.tail, self.ints
-        ints[at] = -1
-        ints[at + 1] = var
-        at += 2
-        self.tail = at if at < self.wrap else 8
-        ints[0] = self.tail
-
-
 VARIANTS = {"as shipped": "as shipped", "one drop at a time": "drops handed over one at a time",
             "not kept": "dropped results not kept",
             "pool accounting": "without pool accounting",
@@ -242,13 +215,29 @@ def per_op(variant: str, n: int, mode: str = "async") -> float:
         lists.close()
 
 
+def read_per_op(n: int) -> float:
+    """Seconds per op of the loop whose records a compiled thread takes (`RingReader`)."""
+    reader = RingReader().start()
+    try:
+        nd = ND(reader)
+        x = nd.ones((1, 2))
+        nd_per_op(nd, n // 5, drain=True, x=x)
+        per_op = nd_per_op(nd, n, drain=True, x=x)
+        if np.ravel((x + 1).asnumpy()).tolist() != [2.0, 2.0]:
+            raise AssertionError("ring, compiled reader: x + 1 is not 2")
+        return per_op
+    finally:
+        reader.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=16)
     parser.add_argument("--ops", type=int, default=5000)
     args = parser.parse_args()
     print(f"machine: {frontend.machine()}")
-    names = ("numpy", "nd alone", "nd alone, fast path", "ring, no call", *VARIANTS,
+    names = ("numpy", "nd alone", "nd alone, fast path", "ring, no call",
+             "ring, compiled reader", *VARIANTS,
              *[f"{v} (sync)" for v in VARIANTS])
     times: dict[str, list[float]] = {name: [] for name in names}
     a = np.ones((1, 2), np.float32)
@@ -259,16 +248,21 @@ def main() -> None:
         times["numpy"].append((time.perf_counter() - start) / args.ops)
         times["nd alone"].append(nd_per_op(ND(NullBackend()), args.ops))
         times["nd alone, fast path"].append(nd_per_op(ND(Silent()), args.ops))
-        times["ring, no call"].append(nd_per_op(ND(Ring()), args.ops))
+        times["ring, no call"].append(nd_per_op(ND(Unread()), args.ops))
+        times["ring, compiled reader"].append(read_per_op(args.ops))
         for variant in VARIANTS:
             times[variant].append(per_op(variant, args.ops))
             times[f"{variant} (sync)"].append(per_op(variant, args.ops, "sync"))
     print(f"y = x + 1 on a (1, 2) array, us per op over {args.rounds} rounds of {args.ops} ops")
-    print(f"{'':50s} {'median':>7s} {'lowest':>7s}")
+    print(f"{'':50s} {'median':>7s} {'lowest':>7s} {'x numpy':>8s}")
     for name, values in times.items():
         variant, sync = name.removesuffix(" (sync)"), name.endswith(" (sync)")
         label = VARIANTS.get(variant, variant) + (", sync mode" if sync else "")
-        print(f"{label:50s} {statistics.median(values) * 1e6:7.2f} {min(values) * 1e6:7.2f}")
+        # each round's time over numpy's in the same round, the median of those: a slow spell
+        # that lands on one round moves both sides of its ratio
+        ratio = statistics.median(v / n for v, n in zip(values, times["numpy"], strict=True))
+        print(f"{label:50s} {statistics.median(values) * 1e6:7.2f} {min(values) * 1e6:7.2f} "
+              f"{ratio:8.2f}")
 
 
 if __name__ == "__main__":

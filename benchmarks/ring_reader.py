@@ -1,0 +1,246 @@
+"""A push that makes no call, with a compiled thread reading its records: the frontend's floor
+measured with the records taken on the other core as they come.
+
+`push_parts.py`'s "ring, no call" writes each op's record into an int64 ring that nothing reads.
+An engine built that way would have a compiled thread take the records: order each op after the
+last write of its input (the dependency analysis, by var number), give its output a buffer (a
+free list per size class over one arena), run the kernel, and take a deletion's buffer back. Its
+reads pull the ring's lines from the frontend's core, and the frontend's next stores pull them
+back: `RingReader` is that thread, so that "ring, compiled reader" is the floor with those
+transfers in it. The reader does one worker's work and stands for no more: no pool accounting,
+no spans, no failures, float32 only, and ops in push order (a reader that runs each op as it
+takes it never waits for a predecessor, so it keeps no tokens).
+
+The ring (int64 words): [0] the tail, where the frontend writes next; [1] the head, where the
+reader reads next, written back once per batch it takes; [2] stop; records from word 8: an op
+(op id >= 0, op code, input var, output var, bytes, scalar as a float64), a creation (-2, var,
+bytes, fill value as a float64), a deletion (-1, var). A record starts below `wrap` and is
+never split; the frontend re-reads the head only when the room it last saw is used up.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+from numba import njit
+from overhead import NullBackend
+
+from realexec.engine.atomics import load, pause, sched_yield, store
+
+EMPTY, GONE = -1, -2  # a var table's free slot, and one whose var was deleted
+TABLE_FULL, ARENA_FULL = -1, -2  # why the reader stopped, in the ring's stop word
+DELETE_KIND, CREATE_KIND = -1, -2  # a record's first word, where an op's has its op id
+OP, CREATE, DELETE = 6, 4, 2  # words per record
+CLASS = 16  # float32 items per size class
+SPIN = 256  # empty looks at the ring, a `pause` apart (some microseconds), before yielding
+
+
+@njit(nogil=True, cache=True)
+def _find(keys, var):
+    """The slot of `var` in the table (open addressing), or -1."""
+    mask = len(keys) - 1
+    i = var & mask
+    for _ in range(len(keys)):
+        k = keys[i]
+        if k == var:
+            return i
+        if k == EMPTY:
+            return -1
+        i = (i + 1) & mask
+    return -1
+
+
+@njit(nogil=True, cache=True)
+def _take(keys, offs, sizes, free, nfree, bump, items, var, nbytes):
+    """A slot and a buffer of `nbytes` for the new `var`: the buffer's offset in the arena (of
+    `items` float32), or TABLE_FULL, or ARENA_FULL."""
+    mask = len(keys) - 1
+    i = var & mask
+    for _ in range(len(keys)):
+        if keys[i] < 0:
+            break
+        i = (i + 1) & mask
+    else:
+        return TABLE_FULL
+    cls = (nbytes // 4 + CLASS - 1) // CLASS
+    if nfree[cls] > 0:
+        nfree[cls] -= 1
+        at = free[cls, nfree[cls]]
+    elif bump[0] + cls * CLASS <= items:
+        at = bump[0]
+        bump[0] += cls * CLASS
+    else:
+        return ARENA_FULL
+    keys[i], offs[i], sizes[i] = var, at, nbytes
+    return at
+
+
+@njit(nogil=True, cache=True)
+def read(ring, scalars, keys, offs, sizes, arena, free, nfree, bump, wrap):
+    """The reader's life: take records until stop is set and the ring is empty, running the
+    ops; out of room in the table or the arena it sets stop to TABLE_FULL or ARENA_FULL and
+    returns."""
+    head, empty = 8, 0
+    while True:
+        tail = load(ring, 0)
+        if tail == head:
+            if load(ring, 2) != 0:
+                return
+            empty += 1
+            # a spin, then the core back to the OS at each look: where the VM has lent the
+            # process one core, the frontend that fills the ring runs
+            if empty < SPIN:
+                pause()
+            else:
+                sched_yield()
+            continue
+        empty = 0
+        while head != tail:
+            kind = ring[head]
+            if kind == DELETE_KIND:
+                slot = _find(keys, ring[head + 1])
+                if slot >= 0:
+                    cls = (sizes[slot] // 4 + CLASS - 1) // CLASS
+                    free[cls, nfree[cls]] = offs[slot]
+                    nfree[cls] += 1
+                    keys[slot] = GONE
+                head += DELETE
+            else:
+                fresh = 3 if kind >= 0 else 1  # the word of the new var: an op's, a creation's
+                out = _take(keys, offs, sizes, free, nfree, bump, len(arena), ring[head + fresh],
+                            ring[head + fresh + 1])
+                if out < 0:
+                    store(ring, 2, out)
+                    return
+                n = ring[head + fresh + 1] // 4
+                if kind >= 0:  # y = x + scalar
+                    src, s = offs[_find(keys, ring[head + 2])], np.float32(scalars[head + 5])
+                    for j in range(n):
+                        arena[out + j] = arena[src + j] + s
+                    head += OP
+                else:
+                    arena[out:out + n] = np.float32(scalars[head + 3])
+                    head += CREATE
+            if head >= wrap:
+                head = 8
+        store(ring, 1, head)
+
+
+class RingReader(NullBackend):
+    """`ND`'s backend for "ring, compiled reader": its pushes and deletions are records in the
+    ring, which `read` takes on a thread of its own from `start` to `close`."""
+
+    def __init__(self, slots: int = 1 << 16, table: int = 1 << 14, items: int = 1 << 20):
+        self.words = np.zeros(slots, np.int64)
+        self.words[:2] = 8  # the ring is empty: head and tail at the first record
+        self.ints = memoryview(self.words)
+        self.floats = self.ints.cast("B").cast("d")
+        self.codes = {"add_scalar": 0}
+        self.tail, self.wrap = 8, slots - 16
+        self.room = 0  # records the frontend may write before it looks at the head again
+        self.keys = np.full(table, EMPTY, np.int64)
+        self.offs = np.zeros(table, np.int64)
+        self.sizes = np.zeros(table, np.int64)
+        self.arena = np.zeros(items, np.float32)
+        self.spare = np.zeros((64, 4096), np.int64)
+        self.nfree = np.zeros(64, np.int64)
+        self.bump = np.zeros(1, np.int64)
+        self.thread = None
+
+    def start(self) -> RingReader:
+        args = (self.words, self.words.view(np.float64), self.keys, self.offs, self.sizes,
+                self.arena, self.spare, self.nfree, self.bump, self.wrap)
+        self.thread = threading.Thread(target=read, args=args, daemon=True)
+        self.thread.start()
+        return self
+
+    def close(self) -> None:
+        self.ints[2] = 1
+        self.thread.join()
+
+    def _make_room(self) -> None:
+        # the words from the tail up to the head (as last written back) are free; each record
+        # is counted as an op's, the longest, and two are kept spare
+        while True:
+            head, tail = self.ints[1], self.tail
+            if head > tail:
+                words = head - tail
+            else:
+                words = (self.wrap - tail) + (head - 8)
+            self.room = words // OP - 2
+            if self.room > 0:
+                return
+            self._alive()
+            time.sleep(0)
+
+    def _alive(self) -> None:
+        if self.ints[2] == TABLE_FULL:
+            raise RuntimeError("ring reader: its var table is full (more live arrays than "
+                               f"{len(self.keys)})")
+        if self.ints[2] == ARENA_FULL:
+            raise RuntimeError(f"ring reader: its arena of {len(self.arena)} float32 is full")
+
+    def issue(self, op, out_var, host) -> None:
+        if op.name not in ("ones", "zeros") or out_var.dtype != "float32":
+            raise NotImplementedError(f"{op.name}: the ring's reader only makes float32 ones "
+                                      "and zeros, and adds a scalar")
+        if self.room <= 0:
+            self._make_room()
+        self.room -= 1
+        at, ints = self.tail, self.ints
+        ints[at] = CREATE_KIND
+        ints[at + 1] = out_var.id
+        ints[at + 2] = out_var.nbytes
+        self.floats[at + 3] = 1.0 if op.name == "ones" else 0.0
+        at += CREATE
+        self.tail = at if at < self.wrap else 8
+        ints[0] = self.tail
+
+    def issue_same(self, op_id, name, reads, var, shape, dtype, device, attrs, nbytes):
+        if self.room <= 0:
+            self._make_room()
+        self.room -= 1
+        at, ints = self.tail, self.ints
+        ints[at] = op_id
+        ints[at + 1] = self.codes[name]
+        ints[at + 2] = reads[0]
+        ints[at + 3] = var
+        ints[at + 4] = nbytes
+        self.floats[at + 5] = attrs["scalar"]
+        at += OP
+        self.tail = at if at < self.wrap else 8
+        ints[0] = self.tail
+
+    def free(self, var) -> None:
+        if self.room <= 0:
+            self._make_room()
+        self.room -= 1
+        at, ints = self.tail, self.ints
+        ints[at] = DELETE_KIND
+        ints[at + 1] = var
+        at += DELETE
+        self.tail = at if at < self.wrap else 8
+        ints[0] = self.tail
+
+    def sync(self, kind, var):
+        """Wait until the reader has taken every record; then a var's values (a copy)."""
+        while self.ints[1] != self.ints[0]:
+            self._alive()
+            time.sleep(0)
+        if var is None:
+            return None
+        slot = _find(self.keys, var)
+        return self.arena[self.offs[slot]:self.offs[slot] + self.sizes[slot] // 4].copy()
+
+
+class Unread(RingReader):
+    """The ring with nothing reading it ("ring, no call"): the frontend's records alone. It wraps
+    over what it wrote before: the room it sees is always the whole ring."""
+
+    def _make_room(self) -> None:
+        self.room = (self.wrap - 8) // OP - 2
+
+    def sync(self, kind, var):
+        return None

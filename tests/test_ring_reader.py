@@ -1,0 +1,78 @@
+"""benchmarks/ring_reader.py: the push with no call that `push_parts.py` times against numpy's op.
+Its floor is only worth printing if the records it writes are the program: here a compiled
+thread takes them through a ring small enough to wrap many times, and the values, the buffers'
+reuse and the full ring's wait must come out right."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from ring_reader import RingReader  # noqa: E402
+
+from asyncsim.nd.frontend import ND  # noqa: E402
+
+
+@pytest.fixture
+def reader():
+    reader = RingReader(slots=256, table=64, items=4096).start()  # 40 records: it wraps
+    yield reader
+    reader.close()
+    assert not reader.thread.is_alive()
+
+
+def test_a_chain_through_a_wrapping_ring_gives_numpys_values(reader):
+    nd = ND(reader)
+    x = nd.ones((1, 3))
+    expected = np.ones((1, 3), np.float32)
+    y = x
+    for i in range(500):  # each step: an op and a deletion, 12 ring passes in all
+        y = y + float(i % 7)
+        expected = expected + np.float32(i % 7)
+    assert np.array_equal(np.ravel(y.asnumpy()), np.ravel(expected))
+    assert np.array_equal(np.ravel(x.asnumpy()), np.ones(3, np.float32))
+
+
+def test_deleted_buffers_are_reused(reader):
+    nd = ND(reader)
+    x = nd.zeros((4,))
+    for _ in range(300):
+        y = x + 1.0
+    nd.waitall()
+    # x, the live y and the one being replaced: a size class of 16 items each at most 3 times,
+    # where 300 fresh buffers would take 4800 items (more than the arena)
+    assert reader.bump[0] <= 3 * 16
+    assert np.ravel(y.asnumpy()).tolist() == [1.0] * 4
+
+
+def test_a_full_table_is_an_error_not_a_hang(reader):
+    nd = ND(reader)
+    x = nd.ones((2,))
+    kept = [x + 1.0 for _ in range(80)]  # more live arrays than the table's 64 slots
+    with pytest.raises(RuntimeError, match="var table is full"):
+        nd.waitall()
+    del kept
+
+
+def test_only_what_the_reader_runs_is_accepted(reader):
+    nd = ND(reader)
+    with pytest.raises(NotImplementedError, match="normal"):
+        nd.random.normal(shape=(3,))
+
+
+def test_a_full_arena_is_an_error_not_a_write_past_it():
+    reader = RingReader(slots=256, table=64, items=64).start()  # four buffers of 16 items
+    try:
+        nd = ND(reader)
+        x = nd.ones((2,))
+        kept = [x + 1.0 for _ in range(4)]
+        with pytest.raises(RuntimeError, match="arena of 64 float32 is full"):
+            nd.waitall()
+        del kept
+    finally:
+        reader.close()
