@@ -157,13 +157,16 @@ class RingReader(NullBackend):
         return self
 
     def close(self) -> None:
-        self.ints[2] = 1
+        """Stop the reader once it has taken every record (a stop word it set stays)."""
+        if self.ints[2] == 0:
+            self.ints[2] = 1
         self.thread.join()
 
     def _make_room(self) -> None:
         # the words from the tail up to the head (as last written back) are free; each record
         # is counted as an op's, the longest, and two are kept spare
         while True:
+            self._alive()
             head, tail = self.ints[1], self.tail
             if head > tail:
                 words = head - tail
@@ -172,15 +175,17 @@ class RingReader(NullBackend):
             self.room = words // OP - 2
             if self.room > 0:
                 return
-            self._alive()
             time.sleep(0)
 
     def _alive(self) -> None:
+        """Raise if the reader will take no more records: a wait for it would never end."""
         if self.ints[2] == TABLE_FULL:
             raise RuntimeError("ring reader: its var table is full (more live arrays than "
                                f"{len(self.keys)})")
         if self.ints[2] == ARENA_FULL:
             raise RuntimeError(f"ring reader: its arena of {len(self.arena)} float32 is full")
+        if self.thread is None or not self.thread.is_alive():
+            raise RuntimeError("ring reader: not running (start it; or it was closed)")
 
     def issue(self, op, out_var, host) -> None:
         if op.name not in ("ones", "zeros") or out_var.dtype != "float32":
@@ -214,6 +219,8 @@ class RingReader(NullBackend):
         ints[0] = self.tail
 
     def free(self, var) -> None:
+        if self.ints[2] != 0:  # stopping or stopped: nothing will take the buffer back
+            return
         if self.room <= 0:
             self._make_room()
         self.room -= 1

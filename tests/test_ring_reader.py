@@ -51,12 +51,27 @@ def test_deleted_buffers_are_reused(reader):
 
 
 def test_a_full_table_is_an_error_not_a_hang(reader):
+    """At the next push that needs the reader's room, or at the next wait."""
     nd = ND(reader)
     x = nd.ones((2,))
-    kept = [x + 1.0 for _ in range(80)]  # more live arrays than the table's 64 slots
+    kept = []
     with pytest.raises(RuntimeError, match="var table is full"):
+        for _ in range(80):  # more live arrays than the table's 64 slots
+            kept.append(x + 1.0)
         nd.waitall()
-    del kept
+    del kept  # drops after the reader stopped write nothing, and never wait
+
+
+def test_a_closed_reader_is_an_error_not_a_hang():
+    reader = RingReader(slots=256).start()
+    nd = ND(reader)
+    x = nd.ones((2,))
+    reader.close()
+    with pytest.raises(RuntimeError, match="not running"):
+        for _ in range(50):  # more than the ring's room
+            x + 1.0
+    with pytest.raises(RuntimeError, match="not running"):
+        nd.waitall()
 
 
 def test_only_what_the_reader_runs_is_accepted(reader):
@@ -70,8 +85,10 @@ def test_a_full_arena_is_an_error_not_a_write_past_it():
     try:
         nd = ND(reader)
         x = nd.ones((2,))
-        kept = [x + 1.0 for _ in range(4)]
+        kept = []
         with pytest.raises(RuntimeError, match="arena of 64 float32 is full"):
+            for _ in range(4):
+                kept.append(x + 1.0)
             nd.waitall()
         del kept
     finally:
