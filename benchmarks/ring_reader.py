@@ -34,6 +34,7 @@ TABLE_FULL, ARENA_FULL = -1, -2  # why the reader stopped, in the ring's stop wo
 DELETE_KIND, CREATE_KIND = -1, -2  # a record's first word, where an op's has its op id
 OP, CREATE, DELETE = 6, 4, 2  # words per record
 CLASS = 16  # float32 items per size class
+CLASSES = 64  # size classes: arrays of up to (CLASSES - 1) * CLASS float32
 SPIN = 256  # empty looks at the ring, a `pause` apart (some microseconds), before yielding
 
 
@@ -144,8 +145,9 @@ class RingReader(NullBackend):
         self.offs = np.zeros(table, np.int64)
         self.sizes = np.zeros(table, np.int64)
         self.arena = np.zeros(items, np.float32)
-        self.spare = np.zeros((64, 4096), np.int64)
-        self.nfree = np.zeros(64, np.int64)
+        # each class's free buffers: no more than the table's live vars
+        self.spare = np.zeros((CLASSES, table), np.int64)
+        self.nfree = np.zeros(CLASSES, np.int64)
         self.bump = np.zeros(1, np.int64)
         self.thread = None
 
@@ -191,6 +193,9 @@ class RingReader(NullBackend):
         if op.name not in ("ones", "zeros") or out_var.dtype != "float32":
             raise NotImplementedError(f"{op.name}: the ring's reader only makes float32 ones "
                                       "and zeros, and adds a scalar")
+        if out_var.nbytes > (CLASSES - 1) * CLASS * 4:
+            raise NotImplementedError(f"{op.name}: the ring's reader keeps arrays of up to "
+                                      f"{(CLASSES - 1) * CLASS} float32, not {out_var.shape}")
         if self.room <= 0:
             self._make_room()
         self.room -= 1
@@ -204,12 +209,15 @@ class RingReader(NullBackend):
         ints[0] = self.tail
 
     def issue_same(self, op_id, name, reads, var, shape, dtype, device, attrs, nbytes):
+        code = self.codes.get(name)
+        if code is None:
+            raise NotImplementedError(f"{name}: the ring's reader only adds a scalar")
         if self.room <= 0:
             self._make_room()
         self.room -= 1
         at, ints = self.tail, self.ints
         ints[at] = op_id
-        ints[at + 1] = self.codes[name]
+        ints[at + 1] = code
         ints[at + 2] = reads[0]
         ints[at + 3] = var
         ints[at + 4] = nbytes

@@ -78,6 +78,12 @@ def test_only_what_the_reader_runs_is_accepted(reader):
     nd = ND(reader)
     with pytest.raises(NotImplementedError, match="normal"):
         nd.random.normal(shape=(3,))
+    with pytest.raises(NotImplementedError, match=r"up to 1008 float32, not \(2000,\)"):
+        nd.ones((2000,))
+    x = nd.ones((3,))
+    with pytest.raises(NotImplementedError, match="mul_scalar"):
+        x * 2.0
+    assert np.ravel((x + 1.0).asnumpy()).tolist() == [2.0] * 3  # nothing half-written
 
 
 def test_a_full_arena_is_an_error_not_a_write_past_it():
