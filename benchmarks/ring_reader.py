@@ -209,9 +209,10 @@ class RingReader(NullBackend):
         ints[0] = self.tail
 
     def issue_same(self, op_id, name, reads, var, shape, dtype, device, attrs, nbytes):
-        code = self.codes.get(name)
-        if code is None:
-            raise NotImplementedError(f"{name}: the ring's reader only adds a scalar")
+        try:  # free when nothing is raised (CPython 3.11+), where a test costs a little
+            code = self.codes[name]
+        except KeyError:
+            raise NotImplementedError(f"{name}: the ring's reader only adds a scalar") from None
         if self.room <= 0:
             self._make_room()
         self.room -= 1
@@ -227,8 +228,8 @@ class RingReader(NullBackend):
         ints[0] = self.tail
 
     def free(self, var) -> None:
-        if self.ints[2] != 0:  # stopping or stopped: nothing will take the buffer back
-            return
+        # a reader that has stopped: the record is written while there is room, then
+        # `_make_room` raises, which `NDArray.__del__` drops (never a wait)
         if self.room <= 0:
             self._make_room()
         self.room -= 1
