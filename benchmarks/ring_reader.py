@@ -2,20 +2,21 @@
 measured with the records taken on the other core as they come.
 
 `push_parts.py`'s "ring, no call" writes each op's record into an int64 ring that nothing reads.
-An engine built that way would have a compiled thread take the records: order each op after the
-last write of its input (the dependency analysis, by var number), give its output a buffer (a
-free list per size class over one arena), run the kernel, and take a deletion's buffer back. Its
-reads pull the ring's lines from the frontend's core, and the frontend's next stores pull them
-back: `RingReader` is that thread, so that "ring, compiled reader" is the floor with those
+An engine built that way would have a compiled thread take the records: find each op's
+predecessors (the dependency analysis by var slot, `ring_deps`), give its output a buffer (a
+free list per size class over one arena), run the kernel, and take a deletion's buffer back.
+Its reads pull the ring's lines from the frontend's core, and the frontend's next stores pull
+them back: `RingReader` is that thread, so that "ring, compiled reader" is the floor with those
 transfers in it. The reader does one worker's work and stands for no more: no pool accounting,
-no spans, no failures, float32 only, and ops in push order (a reader that runs each op as it
-takes it never waits for a predecessor, so it keeps no tokens).
+no spans, no failures, float32 only, and ops run in push order as it takes them (so every
+predecessor it finds is done: it counts them, and its low mark is the op's own token).
 
 The ring (int64 words): [0] the tail, where the frontend writes next; [1] the head, where the
-reader reads next, written back once per batch it takes; [2] stop; records from word 8: an op
-(op id >= 0, op code, input var, output var, bytes, scalar as a float64), a creation (-2, var,
-bytes, fill value as a float64), a deletion (-1, var). A record starts below `wrap` and is
-never split; the frontend re-reads the head only when the room it last saw is used up.
+reader reads next, written back once per batch it takes; [2] stop; [3] the predecessors found;
+records from word 8: an op (op id >= 0, op code, input var, output var, bytes, scalar as a
+float64), a creation (-2, var, bytes, fill value as a float64), a deletion (-1, var). A record
+starts below `wrap` and is never split; the frontend re-reads the head only when the room it
+last saw is used up.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ import threading
 import time
 
 import numpy as np
+import ring_deps as deps
 from numba import njit
 from overhead import NullBackend
 
 from realexec.engine.atomics import load, pause, sched_yield, store
 
 EMPTY, GONE = -1, -2  # a var table's free slot, and one whose var was deleted
-TABLE_FULL, ARENA_FULL = -1, -2  # why the reader stopped, in the ring's stop word
+TABLE_FULL, ARENA_FULL, NODES_FULL = -1, -2, -3  # why the reader stopped: the stop word
 DELETE_KIND, CREATE_KIND = -1, -2  # a record's first word, where an op's has its op id
 OP, CREATE, DELETE = 6, 4, 2  # words per record
 CLASS = 16  # float32 items per size class
@@ -55,8 +57,8 @@ def _find(keys, var):
 
 @njit(nogil=True, cache=True)
 def _take(keys, offs, sizes, free, nfree, bump, items, var, nbytes):
-    """A slot and a buffer of `nbytes` for the new `var`: the buffer's offset in the arena (of
-    `items` float32), or TABLE_FULL, or ARENA_FULL."""
+    """A slot for the new `var`, its buffer of `nbytes` (at `offs[slot]` in the arena of `items`
+    float32) taken: the slot, or TABLE_FULL, or ARENA_FULL."""
     mask = len(keys) - 1
     i = var & mask
     for _ in range(len(keys)):
@@ -75,15 +77,17 @@ def _take(keys, offs, sizes, free, nfree, bump, items, var, nbytes):
     else:
         return ARENA_FULL
     keys[i], offs[i], sizes[i] = var, at, nbytes
-    return at
+    return i
 
 
 @njit(nogil=True, cache=True)
-def read(ring, scalars, keys, offs, sizes, arena, free, nfree, bump, wrap):
+def read(ring, scalars, keys, offs, sizes, arena, free, nfree, bump, wrap, rows, nodes, pool,
+         preds):
     """The reader's life: take records until stop is set and the ring is empty, running the
-    ops; out of room in the table or the arena it sets stop to TABLE_FULL or ARENA_FULL and
+    ops and counting in ring[3] the predecessors the analysis found; out of room in the table,
+    the arena or the analysis's nodes it sets stop to TABLE_FULL, ARENA_FULL or NODES_FULL and
     returns."""
-    head, empty = 8, 0
+    head, empty, token = 8, 0, 0
     while True:
         tail = load(ring, 0)
         if tail == head:
@@ -103,6 +107,7 @@ def read(ring, scalars, keys, offs, sizes, arena, free, nfree, bump, wrap):
             if kind == DELETE_KIND:
                 slot = _find(keys, ring[head + 1])
                 if slot >= 0:
+                    deps.drop(rows, nodes, pool, slot, preds)  # done: the reader runs in order
                     cls = (sizes[slot] // 4 + CLASS - 1) // CLASS
                     free[cls, nfree[cls]] = offs[slot]
                     nfree[cls] += 1
@@ -110,20 +115,30 @@ def read(ring, scalars, keys, offs, sizes, arena, free, nfree, bump, wrap):
                 head += DELETE
             else:
                 fresh = 3 if kind >= 0 else 1  # the word of the new var: an op's, a creation's
-                out = _take(keys, offs, sizes, free, nfree, bump, len(arena), ring[head + fresh],
-                            ring[head + fresh + 1])
-                if out < 0:
-                    store(ring, 2, out)
+                slot = _take(keys, offs, sizes, free, nfree, bump, len(arena), ring[head + fresh],
+                             ring[head + fresh + 1])
+                if slot < 0:
+                    store(ring, 2, slot)
                     return
-                n = ring[head + fresh + 1] // 4
-                if kind >= 0:  # y = x + scalar
-                    src, s = offs[_find(keys, ring[head + 2])], np.float32(scalars[head + 5])
+                deps.fresh(rows, slot)
+                out, n = offs[slot], ring[head + fresh + 1] // 4
+                if kind >= 0:  # y = x + scalar, after the last write of x
+                    src = _find(keys, ring[head + 2])
+                    # every op before this one is done: the low mark is its own token
+                    pred = deps.add_fresh(rows, nodes, pool, token, src, slot, token)
+                    if pred < -1:
+                        store(ring, 2, NODES_FULL)
+                        return
+                    ring[3] += pred >= 0
+                    src, s = offs[src], np.float32(scalars[head + 5])
                     for j in range(n):
                         arena[out + j] = arena[src + j] + s
                     head += OP
                 else:
+                    rows[slot, deps.WRITER] = token
                     arena[out:out + n] = np.float32(scalars[head + 3])
                     head += CREATE
+                token += 1
             if head >= wrap:
                 head = 8
         store(ring, 1, head)
@@ -149,11 +164,14 @@ class RingReader(NullBackend):
         self.spare = np.zeros((CLASSES, table), np.int64)
         self.nfree = np.zeros(CLASSES, np.int64)
         self.bump = np.zeros(1, np.int64)
+        self.rows, self.nodes, self.pool = deps.new_deps(table, 4 * table)
+        self.preds = np.empty(4 * table + 1, np.int64)
         self.thread = None
 
     def start(self) -> RingReader:
         args = (self.words, self.words.view(np.float64), self.keys, self.offs, self.sizes,
-                self.arena, self.spare, self.nfree, self.bump, self.wrap)
+                self.arena, self.spare, self.nfree, self.bump, self.wrap, self.rows, self.nodes,
+                self.pool, self.preds)
         self.thread = threading.Thread(target=read, args=args, daemon=True)
         self.thread.start()
         return self
@@ -186,6 +204,9 @@ class RingReader(NullBackend):
                                f"{len(self.keys)})")
         if self.ints[2] == ARENA_FULL:
             raise RuntimeError(f"ring reader: its arena of {len(self.arena)} float32 is full")
+        if self.ints[2] == NODES_FULL:
+            raise RuntimeError(f"ring reader: {len(self.nodes)} reads in flight fill its "
+                               "dependency analysis")
         if self.thread is None or not self.thread.is_alive():
             raise RuntimeError("ring reader: not running (start it; or it was closed)")
 

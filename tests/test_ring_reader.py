@@ -36,6 +36,7 @@ def test_a_chain_through_a_wrapping_ring_gives_numpys_values(reader):
         expected = expected + np.float32(i % 7)
     assert np.array_equal(np.ravel(y.asnumpy()), np.ravel(expected))
     assert np.array_equal(np.ravel(x.asnumpy()), np.ones(3, np.float32))
+    assert reader.words[3] == 500  # each op waited for one: the write of what it read
 
 
 def test_deleted_buffers_are_reused(reader):
