@@ -126,7 +126,7 @@ def read(ring, scalars, keys, offs, sizes, arena, free, nfree, bump, wrap, rows,
                     src = _find(keys, ring[head + 2])
                     # every op before this one is done: the low mark is its own token
                     pred = deps.add_fresh(rows, nodes, pool, token, src, slot, token)
-                    if pred < -1:
+                    if pred == deps.OUT_OF_NODES - 1:  # (-1 is "no predecessor")
                         store(ring, 2, NODES_FULL)
                         return
                     ring[3] += pred >= 0
