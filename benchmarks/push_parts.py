@@ -36,9 +36,10 @@ numpy's op in that round. What each variant replaces:
   so a reader that sees the tail sees the record);
 - "ring, compiled reader" (async only): the same records taken as they come by a compiled
   thread on the other core (`ring_reader.RingReader`), which looks each op's input up by var
-  number, gives its output a buffer from free lists over one arena, runs the kernel and takes a
-  deletion's buffer back: the floor with the ring's lines moving between the two cores in it,
-  and the loop's final waitall (the reader keeping up).
+  number, asks the compiled dependency analysis (`ring_deps`) for its predecessor, gives its
+  output a buffer from free lists over one arena, runs the kernel and takes a deletion's buffer
+  back: the floor with the ring's lines moving between the two cores in it, and the loop's
+  final waitall (the reader keeping up).
 
 "numpy" is numpy's own `b = a + 1` on the same array, and "nd alone" the frontend over a backend
 that does nothing (`overhead.NullBackend`; "fast path": one that takes the fast path's calls,
