@@ -39,7 +39,11 @@ numpy's op in that round. What each variant replaces:
   number, asks the compiled dependency analysis (`ring_deps`) for its predecessor, gives its
   output a buffer from free lists over one arena, runs the kernel and takes a deletion's buffer
   back: the floor with the ring's lines moving between the two cores in it, and the loop's
-  final waitall (the reader keeping up).
+  final waitall (the reader keeping up);
+- "ring, reader into the engine" (async only): the same reader pushing each op into a compiled
+  engine's table (`realexec.engine.table.push_unary`) behind its predecessor instead of running
+  it, for the engine's one worker to run, a dropped buffer given back once its last op is done:
+  the route's frontend with the engine's own workers behind it.
 
 "numpy" is numpy's own `b = a + 1` on the same array, and "nd alone" the frontend over a backend
 that does nothing (`overhead.NullBackend`; "fast path": one that takes the fast path's calls,
@@ -70,6 +74,7 @@ from realexec.cpu.native_ops import RUN_TYPES, SCALAR, run_native
 from realexec.engine import table
 from realexec.engine.deps import Var
 from realexec.engine.memory import ADDRESSES
+from realexec.engine.native import NativeEngine
 
 
 class FreeLists:
@@ -216,9 +221,11 @@ def per_op(variant: str, n: int, mode: str = "async") -> float:
         lists.close()
 
 
-def read_per_op(n: int) -> float:
-    """Seconds per op of the loop whose records a compiled thread takes (`RingReader`)."""
-    reader = RingReader().start()
+def read_per_op(n: int, engine: bool = False) -> float:
+    """Seconds per op of the loop whose records a compiled thread takes (`RingReader`), and
+    runs itself or (`engine`) pushes into a compiled engine's table for its one worker."""
+    native = NativeEngine(workers=1) if engine else None
+    reader = RingReader(engine=native).start()
     try:
         nd = ND(reader)
         x = nd.ones((1, 2))
@@ -229,6 +236,8 @@ def read_per_op(n: int) -> float:
         return per_op
     finally:
         reader.close()
+        if native is not None:
+            native.close()
 
 
 def main() -> None:
@@ -238,7 +247,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"machine: {frontend.machine()}")
     names = ("numpy", "nd alone", "nd alone, fast path", "ring, no call",
-             "ring, compiled reader", *VARIANTS,
+             "ring, compiled reader", "ring, reader into the engine", *VARIANTS,
              *[f"{v} (sync)" for v in VARIANTS])
     times: dict[str, list[float]] = {name: [] for name in names}
     a = np.ones((1, 2), np.float32)
@@ -251,6 +260,7 @@ def main() -> None:
         times["nd alone, fast path"].append(nd_per_op(ND(Silent()), args.ops))
         times["ring, no call"].append(nd_per_op(ND(Unread()), args.ops))
         times["ring, compiled reader"].append(read_per_op(args.ops))
+        times["ring, reader into the engine"].append(read_per_op(args.ops, engine=True))
         for variant in VARIANTS:
             times[variant].append(per_op(variant, args.ops))
             times[f"{variant} (sync)"].append(per_op(variant, args.ops, "sync"))

@@ -4,19 +4,26 @@ measured with the records taken on the other core as they come.
 `push_parts.py`'s "ring, no call" writes each op's record into an int64 ring that nothing reads.
 An engine built that way would have a compiled thread take the records: find each op's
 predecessors (the dependency analysis by var slot, `ring_deps`), give its output a buffer (a
-free list per size class over one arena), run the kernel, and take a deletion's buffer back.
-Its reads pull the ring's lines from the frontend's core, and the frontend's next stores pull
-them back: `RingReader` is that thread, so that "ring, compiled reader" is the floor with those
-transfers in it. The reader does one worker's work and stands for no more: no pool accounting,
-no spans, no failures, float32 only, and ops run in push order as it takes them (so every
-predecessor it finds is done: it counts them, and its low mark is the op's own token).
+free list per size class over one arena), have the op run, and take a deletion's buffer back
+once the ops on it are done. Its reads pull the ring's lines from the frontend's core, and the
+frontend's next stores pull them back: `RingReader` is that thread, so that "ring, compiled
+reader" is the floor with those transfers in it. Two ways to run the ops:
+- itself, in push order as it takes them ("ring, compiled reader"): every predecessor it finds
+  is done, and its low mark is the op's own token;
+- pushed into a compiled engine's table behind their predecessors
+  (`realexec.engine.table.push_unary`), for the engine's workers ("ring, reader into the
+  engine"): a freed buffer waits until the engine's low mark passes the last op on it, and a
+  token waits until the op that last held its slot is done.
+It stands for no more than that: no pool accounting, no spans, no failures, float32 only, the
+one op `y = x + scalar`.
 
 The ring (int64 words): [0] the tail, where the frontend writes next; [1] the head, where the
 reader reads next, written back once per batch it takes; [2] stop; [3] the predecessors found;
-records from word 8: an op (op id >= 0, op code, input var, output var, bytes, scalar as a
-float64), a creation (-2, var, bytes, fill value as a float64), a deletion (-1, var). A record
-starts below `wrap` and is never split; the frontend re-reads the head only when the room it
-last saw is used up.
+[4] the ops taken; records from word 8: an op (op id >= 0, op code, input var, output var,
+bytes, scalar as a float64), a creation (-2, var, bytes, fill value as a float64), a deletion
+(-1, var). A record starts below `wrap` and is never split; the frontend re-reads the head only
+when the room it last saw is used up. A creation takes no token: the reader writes it before
+any later op is taken.
 """
 
 from __future__ import annotations
@@ -29,7 +36,10 @@ import ring_deps as deps
 from numba import njit
 from overhead import NullBackend
 
-from realexec.engine.atomics import load, pause, sched_yield, store
+from realexec.cpu.loops import ADD
+from realexec.cpu.native_ops import SCALAR
+from realexec.engine import layout, table
+from realexec.engine.atomics import load, now_ns, pause, sched_yield, store
 
 EMPTY, GONE = -1, -2  # a var table's free slot, and one whose var was deleted
 TABLE_FULL, ARENA_FULL, NODES_FULL = -1, -2, -3  # why the reader stopped: the stop word
@@ -81,14 +91,40 @@ def _take(keys, offs, sizes, free, nfree, bump, items, var, nbytes):
 
 
 @njit(nogil=True, cache=True)
+def _give_back(free, nfree, off, nbytes):
+    cls = (nbytes // 4 + CLASS - 1) // CLASS
+    free[cls, nfree[cls]] = off
+    nfree[cls] += 1
+
+
+@njit(nogil=True, cache=True)
+def _due(s, late, due, held, free, nfree):
+    """Give back the freed buffers whose last op the engine has done, oldest first: the new
+    count given back."""
+    low = load(s, layout.H_LOW)
+    while due < held and late[due % len(late), 2] < low:
+        _give_back(free, nfree, late[due % len(late), 0], late[due % len(late), 1])
+        due += 1
+    return due
+
+
+@njit(nogil=True, cache=True)
 def read(ring, scalars, keys, offs, sizes, arena, free, nfree, bump, wrap, rows, nodes, pool,
-         preds):
-    """The reader's life: take records until stop is set and the ring is empty, running the
-    ops and counting in ring[3] the predecessors the analysis found; out of room in the table,
-    the arena or the analysis's nodes it sets stop to TABLE_FULL, ARENA_FULL or NODES_FULL and
-    returns."""
-    head, empty, token = 8, 0, 0
+         preds, s, late):
+    """The reader's life: take records until stop is set and the ring is empty; out of room in
+    the table, the arena or the analysis's nodes it sets stop to TABLE_FULL, ARENA_FULL or
+    NODES_FULL and returns. With an empty `s` it runs each op itself, in push order; with an
+    engine's state `s` it pushes each op into the engine's table behind its predecessor, for
+    the engine's workers to run, and keeps a freed buffer in `late` (offset, bytes, the last
+    token that touches it) until that op is done. ring[3]: the predecessors the analysis found;
+    ring[4]: the ops taken."""
+    head, empty, token, due, held = 8, 0, 0, 0, 0
+    engine = len(s) > 0
+    cap = s[layout.H_CAP] if engine else 1
+    base, name = arena.ctypes.data, 0
     while True:
+        if engine:
+            due = _due(s, late, due, held, free, nfree)
         tail = load(ring, 0)
         if tail == head:
             if load(ring, 2) != 0:
@@ -104,41 +140,60 @@ def read(ring, scalars, keys, offs, sizes, arena, free, nfree, bump, wrap, rows,
         empty = 0
         while head != tail:
             kind = ring[head]
+            low = load(s, layout.H_LOW) if engine else token  # every op below it is done
             if kind == DELETE_KIND:
                 slot = _find(keys, ring[head + 1])
                 if slot >= 0:
-                    deps.drop(rows, nodes, pool, slot, preds)  # done: the reader runs in order
-                    cls = (sizes[slot] // 4 + CLASS - 1) // CLASS
-                    free[cls, nfree[cls]] = offs[slot]
-                    nfree[cls] += 1
+                    last = -1
+                    for i in range(deps.drop(rows, nodes, pool, slot, preds)):
+                        last = max(last, preds[i])
+                    if last < low:
+                        _give_back(free, nfree, offs[slot], sizes[slot])
+                    else:
+                        while held - due == len(late):  # full: wait for the oldest
+                            pause()
+                            due = _due(s, late, due, held, free, nfree)
+                        late[held % len(late)] = offs[slot], sizes[slot], last
+                        held += 1
                     keys[slot] = GONE
                 head += DELETE
             else:
                 fresh = 3 if kind >= 0 else 1  # the word of the new var: an op's, a creation's
-                slot = _take(keys, offs, sizes, free, nfree, bump, len(arena), ring[head + fresh],
-                             ring[head + fresh + 1])
+                while True:
+                    slot = _take(keys, offs, sizes, free, nfree, bump, len(arena),
+                                 ring[head + fresh], ring[head + fresh + 1])
+                    if slot != ARENA_FULL or due == held:
+                        break
+                    pause()  # buffers will come back as the engine's ops finish
+                    due = _due(s, late, due, held, free, nfree)
                 if slot < 0:
                     store(ring, 2, slot)
                     return
-                deps.fresh(rows, slot)
+                deps.fresh(rows, slot)  # (a creation is written here, before any op reads it)
                 out, n = offs[slot], ring[head + fresh + 1] // 4
                 if kind >= 0:  # y = x + scalar, after the last write of x
                     src = _find(keys, ring[head + 2])
-                    # every op before this one is done: the low mark is its own token
-                    pred = deps.add_fresh(rows, nodes, pool, token, src, slot, token)
+                    pred = deps.add_fresh(rows, nodes, pool, token, src, slot, low)
                     if pred == deps.OUT_OF_NODES - 1:  # (-1 is "no predecessor")
                         store(ring, 2, NODES_FULL)
                         return
                     ring[3] += pred >= 0
-                    src, s = offs[src], np.float32(scalars[head + 5])
-                    for j in range(n):
-                        arena[out + j] = arena[src + j] + s
+                    src, scalar = offs[src], scalars[head + 5]
+                    if engine:
+                        while token - cap >= load(s, layout.H_LOW):  # its slot's op not done
+                            pause()
+                        table.push_unary(s, token & (cap - 1), token, SCALAR, ADD, 0, n,
+                                         base + 4 * src, base + 4 * out, scalar, pred,
+                                         ring[head], name, now_ns())
+                    else:
+                        for j in range(n):
+                            arena[out + j] = arena[src + j] + np.float32(scalar)
+                    token += 1
+                    ring[4] = token
                     head += OP
                 else:
-                    rows[slot, deps.WRITER] = token
                     arena[out:out + n] = np.float32(scalars[head + 3])
                     head += CREATE
-                token += 1
             if head >= wrap:
                 head = 8
         store(ring, 1, head)
@@ -148,7 +203,8 @@ class RingReader(NullBackend):
     """`ND`'s backend for "ring, compiled reader": its pushes and deletions are records in the
     ring, which `read` takes on a thread of its own from `start` to `close`."""
 
-    def __init__(self, slots: int = 1 << 16, table: int = 1 << 14, items: int = 1 << 20):
+    def __init__(self, slots: int = 1 << 16, table: int = 1 << 14, items: int = 1 << 20,
+                 engine=None):
         self.words = np.zeros(slots, np.int64)
         self.words[:2] = 8  # the ring is empty: head and tail at the first record
         self.ints = memoryview(self.words)
@@ -166,12 +222,16 @@ class RingReader(NullBackend):
         self.bump = np.zeros(1, np.int64)
         self.rows, self.nodes, self.pool = deps.new_deps(table, 4 * table)
         self.preds = np.empty(4 * table + 1, np.int64)
+        self.late = np.zeros((table, 3), np.int64)
+        # a `realexec.engine.native.NativeEngine` whose table the reader pushes into, or None
+        self.engine = engine
         self.thread = None
 
     def start(self) -> RingReader:
         args = (self.words, self.words.view(np.float64), self.keys, self.offs, self.sizes,
                 self.arena, self.spare, self.nfree, self.bump, self.wrap, self.rows, self.nodes,
-                self.pool, self.preds)
+                self.pool, self.preds,
+                np.empty(0, np.int64) if self.engine is None else self.engine.state, self.late)
         self.thread = threading.Thread(target=read, args=args, daemon=True)
         self.thread.start()
         return self
@@ -266,6 +326,9 @@ class RingReader(NullBackend):
         while self.ints[1] != self.ints[0]:
             self._alive()
             time.sleep(0)
+        if self.engine is not None:  # and the engine has run every op it was given
+            while self.engine.state[layout.H_DONE] < self.ints[4]:
+                time.sleep(0)
         if var is None:
             return None
         slot = _find(self.keys, var)
