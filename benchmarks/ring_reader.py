@@ -45,9 +45,12 @@ EMPTY, GONE = -1, -2  # a var table's free slot, and one whose var was deleted
 TABLE_FULL, ARENA_FULL, NODES_FULL = -1, -2, -3  # why the reader stopped: the stop word
 DELETE_KIND, CREATE_KIND = -1, -2  # a record's first word, where an op's has its op id
 OP, CREATE, DELETE = 6, 4, 2  # words per record
-CLASS = 16  # float32 items per size class
-CLASSES = 64  # size classes: arrays of up to (CLASSES - 1) * CLASS float32
+CLASS = 16  # float32 items in the smallest size class; class k holds CLASS << k
+CLASSES = 24  # size classes: arrays of up to CLASS << (CLASSES - 1) float32
 SPIN = 256  # empty looks at the ring, a `pause` apart (some microseconds), before yielding
+# the frontend's wait for room or for the reader: a sleep, so that the cores go to the workers
+# (a blocker of the real engine sleeps on a futex the last op wakes; this one looks again)
+WAIT_S = 20e-6
 
 
 @njit(nogil=True, cache=True)
@@ -77,13 +80,13 @@ def _take(keys, offs, sizes, free, nfree, bump, items, var, nbytes):
         i = (i + 1) & mask
     else:
         return TABLE_FULL
-    cls = (nbytes // 4 + CLASS - 1) // CLASS
+    cls = _class(nbytes)
     if nfree[cls] > 0:
         nfree[cls] -= 1
         at = free[cls, nfree[cls]]
-    elif bump[0] + cls * CLASS <= items:
+    elif bump[0] + (CLASS << cls) <= items:
         at = bump[0]
-        bump[0] += cls * CLASS
+        bump[0] += CLASS << cls
     else:
         return ARENA_FULL
     keys[i], offs[i], sizes[i] = var, at, nbytes
@@ -91,8 +94,17 @@ def _take(keys, offs, sizes, free, nfree, bump, items, var, nbytes):
 
 
 @njit(nogil=True, cache=True)
+def _class(nbytes):
+    """The size class of an array of `nbytes`: the smallest k with CLASS << k float32."""
+    k = 0
+    while (CLASS << k) * 4 < nbytes:
+        k += 1
+    return k
+
+
+@njit(nogil=True, cache=True)
 def _give_back(free, nfree, off, nbytes):
-    cls = (nbytes // 4 + CLASS - 1) // CLASS
+    cls = _class(nbytes)
     free[cls, nfree[cls]] = off
     nfree[cls] += 1
 
@@ -151,7 +163,7 @@ def read(ring, scalars, keys, offs, sizes, arena, free, nfree, bump, wrap, rows,
                         _give_back(free, nfree, offs[slot], sizes[slot])
                     else:
                         while held - due == len(late):  # full: wait for the oldest
-                            pause()
+                            sched_yield()
                             due = _due(s, late, due, held, free, nfree)
                         late[held % len(late)] = offs[slot], sizes[slot], last
                         held += 1
@@ -164,7 +176,7 @@ def read(ring, scalars, keys, offs, sizes, arena, free, nfree, bump, wrap, rows,
                                  ring[head + fresh], ring[head + fresh + 1])
                     if slot != ARENA_FULL or due == held:
                         break
-                    pause()  # buffers will come back as the engine's ops finish
+                    sched_yield()  # buffers come back as the engine's ops finish
                     due = _due(s, late, due, held, free, nfree)
                 if slot < 0:
                     store(ring, 2, slot)
@@ -181,7 +193,7 @@ def read(ring, scalars, keys, offs, sizes, arena, free, nfree, bump, wrap, rows,
                     src, scalar = offs[src], scalars[head + 5]
                     if engine:
                         while token - cap >= load(s, layout.H_LOW):  # its slot's op not done
-                            pause()
+                            sched_yield()
                         table.push_unary(s, token & (cap - 1), token, SCALAR, ADD, 0, n,
                                          base + 4 * src, base + 4 * out, scalar, pred,
                                          ring[head], name, now_ns())
@@ -255,7 +267,7 @@ class RingReader(NullBackend):
             self.room = words // OP - 2
             if self.room > 0:
                 return
-            time.sleep(0)
+            time.sleep(WAIT_S)
 
     def _alive(self) -> None:
         """Raise if the reader will take no more records: a wait for it would never end."""
@@ -274,9 +286,9 @@ class RingReader(NullBackend):
         if op.name not in ("ones", "zeros") or out_var.dtype != "float32":
             raise NotImplementedError(f"{op.name}: the ring's reader only makes float32 ones "
                                       "and zeros, and adds a scalar")
-        if out_var.nbytes > (CLASSES - 1) * CLASS * 4:
+        if out_var.nbytes > (CLASS << (CLASSES - 1)) * 4:
             raise NotImplementedError(f"{op.name}: the ring's reader keeps arrays of up to "
-                                      f"{(CLASSES - 1) * CLASS} float32, not {out_var.shape}")
+                                      f"{CLASS << (CLASSES - 1)} float32, not {out_var.shape}")
         if self.room <= 0:
             self._make_room()
         self.room -= 1
@@ -325,10 +337,10 @@ class RingReader(NullBackend):
         """Wait until the reader has taken every record; then a var's values (a copy)."""
         while self.ints[1] != self.ints[0]:
             self._alive()
-            time.sleep(0)
+            time.sleep(WAIT_S)
         if self.engine is not None:  # and the engine has run every op it was given
             while self.engine.state[layout.H_DONE] < self.ints[4]:
-                time.sleep(0)
+                time.sleep(WAIT_S)
         if var is None:
             return None
         slot = _find(self.keys, var)
