@@ -228,8 +228,9 @@ class RingReader(NullBackend):
         self.offs = np.zeros(table, np.int64)
         self.sizes = np.zeros(table, np.int64)
         self.arena = np.zeros(items, np.float32)
-        # each class's free buffers: no more than the table's live vars
-        self.spare = np.zeros((CLASSES, table), np.int64)
+        # each class's free buffers: no more than were ever live at once, the table's vars and
+        # as many freed ones waiting in `late` for their last op
+        self.spare = np.zeros((CLASSES, 2 * table), np.int64)
         self.nfree = np.zeros(CLASSES, np.int64)
         self.bump = np.zeros(1, np.int64)
         self.rows, self.nodes, self.pool = deps.new_deps(table, 4 * table)
