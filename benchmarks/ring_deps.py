@@ -28,18 +28,13 @@ OUT_OF_NODES = -1
 
 def new_deps(slots: int, nodes: int):
     """(rows, nodes, pool) for `slots` vars and `nodes` reads in flight."""
-    rows = np.empty((slots, 5), np.int64)
-    clear_rows(rows)
+    rows = np.full((slots, 5), -1, np.int64)
+    rows[:, LEN] = 0
+    rows[:, NEXT] = PRUNE
     links = np.empty((nodes, 2), np.int64)
     links[:, LINK] = np.arange(1, nodes + 1)
     links[-1, LINK] = -1
     return rows, links, np.zeros(1, np.int64)
-
-
-def clear_rows(rows) -> None:
-    rows[:] = -1
-    rows[:, LEN] = 0
-    rows[:, NEXT] = PRUNE
 
 
 @njit(nogil=True, cache=True)
