@@ -41,7 +41,7 @@ import numpy as np
 import realexec
 from asyncsim.nd.frontend import ND
 from realexec.cpu import kernels as cpu
-from realexec.engine.core import default_workers
+from realexec.engine.lanes import default_workers
 from realexec.frontend import ENGINES, EngineBackend, machine
 from realexec.sessions import frozen_gc
 

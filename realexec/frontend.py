@@ -5,10 +5,10 @@ twin, so every workload runs unchanged): `issue` reserves the output buffer from
 `Pool` and pushes the op's kernel (`realexec.cpu.kernels.KERNELS[name](inputs, out, attrs)`) to
 the engine, reading the input vars and writing the output var (on the compiled engine,
 `issue_same` does the same for the frontend's fast path without its records: the common case of
-`y = x + 1`, written out); `free` pushes the buffer's release behind every op that still touches
-it (`Engine.delete_var`; on the compiled engine small results go in runs, and the done ones
-of a run are kept for the next outputs of their shape and dtype: `realexec.cpu.drops`); `sync`
-is a blocker; `mark` times an `nd.benchmark` region.
+`y = x + 1`, written out; both in `realexec.issuing`, mixed in); `free` pushes the buffer's
+release behind every op that still touches it (`Engine.delete_var`; on the compiled engine small
+results go in runs, and the done ones of a run are kept for the next outputs of their shape and
+dtype: `realexec.cpu.drops`); `sync` is a blocker; `mark` times an `nd.benchmark` region.
 Ops that touch a GPU go to its lanes (`realexec.gpu.backend`, mixed in). `realexec.session`
 opens one over a fresh engine of `ENGINES`; `machine` names this machine for a trace's meta.
 
@@ -43,39 +43,25 @@ from time import perf_counter_ns
 
 import numpy as np
 
-from asyncsim.nd.frontend import same_records
-from asyncsim.nd.ops import COMPILED
 from asyncsim.nd.trace import Span, Trace, device_lanes
 from realexec.cpu import kernels as cpu
 from realexec.cpu.drops import DroppedResults
-from realexec.cpu.graph import program
-from realexec.cpu.native_ops import GRAPH
-from realexec.cpu.worker import (
-    DTYPES,
-    RANDOM,
-    SCALAR,
-    UNARY,
-    address,
-    native_op,
-    random_fields,
-)
-from realexec.engine.core import FRONTEND, Engine, default_workers
-from realexec.engine.deps import Var
-from realexec.engine.memory import ADDRESSES, Pool, RssProbe
+from realexec.engine.core import Engine
+from realexec.engine.lanes import FRONTEND, default_workers
+from realexec.engine.memory import Pool, RssProbe
 from realexec.engine.native import NativeEngine
-from realexec.engine.shutdown import EngineStopped, trace_log
+from realexec.engine.shutdown import trace_log
 from realexec.gpu.backend import GpuBackend
 from realexec.gpu.device import check_gpu
-from realexec.gpu.vars import StreamVar, after_device, host_wait
+from realexec.gpu.vars import StreamVar, host_wait
+from realexec.issuing import Issuing
 
 _RSS_EVERY_NS = 10_000_000
 ENGINES = {"native": NativeEngine, "native-pinned": functools.partial(NativeEngine, pin=True),
            "python": Engine}
-_KERNELS = dict(cpu.KERNELS)  # as shipped: the native worker runs these ops itself
-_CODES = {d.name: code for d, code in DTYPES.items()}  # by name: a str's hash is kept
 
 
-class EngineBackend(GpuBackend, DroppedResults):
+class EngineBackend(Issuing, GpuBackend, DroppedResults):
     """What `ND` calls: turns op records into engine pushes and blockers into engine waits."""
 
     def __init__(self, engine: Engine, device: str = "cpu", trace: bool | int = True):
@@ -84,7 +70,7 @@ class EngineBackend(GpuBackend, DroppedResults):
         # GPUs add theirs ("gpu0": a GpuPool) when first named
         self._trace = trace
         self.pools = {"cpu": Pool("cpu", samples=trace)}
-        self.kernels = cpu.KERNELS  # (the setter below)
+        self.kernels = cpu.KERNELS  # (the setter: `realexec.issuing`)
         self.vars: dict = {}  # frontend var id -> engine Var (its name is its device)
         self._native = isinstance(engine, NativeEngine)  # elementwise ops run compiled
         if self._native:  # `y = x + 1`'s push: in sync mode the op runs at once
@@ -107,169 +93,6 @@ class EngineBackend(GpuBackend, DroppedResults):
                 self.pools[device] = Pool(device, samples=self._trace)
             else:
                 self._add_gpu(device)
-
-    def issue(self, op, out_var, host) -> None:
-        engine = self.engine
-        if engine.max_inflight is not None:
-            engine.throttle(op.name, op.id)  # before reserving: the cap bounds memory too
-        t_issue = perf_counter_ns()
-        gpus = self.gpus
-        if gpus and (op.device[0] == "g" or op.attrs.get("src", "cpu")[0] == "g"):
-            ends = (op.device, op.attrs.get("src", op.device))
-            if op.name == "copyto" and "cpu" not in ends and any(e[0] == "c" for e in ends):
-                raise ValueError(f"copyto: copies between {ends[1]} and {ends[0]} are not "
-                                 f"supported; copy through cpu(0)")
-            self._issue_gpu(op, out_var, host, t_issue)
-            return
-        vars_ = self.vars
-        if out_var is not None:
-            device = out_var.device
-            try:
-                out = (self._take_cpu(out_var.shape, out_var.dtype) if device == "cpu"
-                       else Var(device, self.pools[device].acquire(out_var.shape,
-                                                                   out_var.dtype)))
-            except MemoryError as exc:
-                raise MemoryError(f"{op.name}: cannot allocate an array of shape "
-                                  f"{out_var.shape} ({out_var.dtype}): {exc}") from None
-            vars_[out_var.id] = out
-        else:
-            out = vars_[op.out]
-        name, names = op.name, op.reads
-        if len(names) == 1:  # most ops read one var: skip the list building
-            reads = (vars_[names[0]],)
-        else:
-            reads = tuple([vars_[v] for v in names])
-        if op.device != "cpu":  # cpu(i): its spans are shown under it in `trace`
-            self._on_device[op.id] = op.device
-        coded = native = None
-        if self._native and host is None and not (
-                gpus and any(type(v) is StreamVar for v in reads)):
-            # a replaced kernel (a test's gate, a teacher's tracer) runs as given, in Python,
-            # and so does an op whose input a GPU copy fills (it waits for the copy in Python)
-            if name in COMPILED:
-                if self._kernels[name] is _KERNELS[name]:
-                    coded = native_op(name, op.attrs, [v.data.shape for v in reads])
-            elif name == "graph":
-                native = self._graph_program(op.attrs["graph"])
-        try:
-            if native is not None:  # the worker runs the whole graph: no Python per call
-                bindings = np.array([v.ptr or _address_of(v) for v in reads]
-                                    + [out.ptr or _address_of(out)], np.int64)
-                engine.push_native(GRAPH, 0, 0, len(bindings), native.address,
-                                   address(bindings), int(bindings[-1]), 0.0, reads, (out,),
-                                   "cpu", name, op.id, t_issue, None, (bindings, native))
-                return
-            if coded is not None:  # the compiled worker runs it, over the buffers' addresses
-                kind, code, scalar = coded
-                data = out.data
-                a = b = c = out.ptr or _address_of(out)
-                if reads:
-                    a = b = reads[0].ptr or _address_of(reads[0])
-                    if len(reads) > 1:
-                        b = reads[1].ptr or _address_of(reads[1])
-                elif kind == RANDOM:  # a sampler reads nothing: its seed and second bound
-                    a, b = random_fields(name, op.attrs)
-                engine.push_native(kind, code, DTYPES[data.dtype], data.size, a, b, c, scalar,
-                                   reads, (out,), "cpu", name, op.id, t_issue)
-                return
-            if host is not None:
-                inputs = (host,)
-            elif len(reads) == 1:
-                inputs = (reads[0].data,)
-            else:
-                inputs = tuple([v.data for v in reads])
-            fn, args = self._kernels[name], (inputs, out.data, op.attrs)
-            if gpus:
-                copied = tuple([v for v in reads if type(v) is StreamVar])
-                if copied:  # buffers a copy from a GPU fills: wait for those copies first
-                    fn, args = after_device, (fn, copied, *args)
-            engine.push(fn, reads, (out,), "cpu", name, args, op.id, t_issue)
-        except EngineStopped:  # refused before queuing: give the fresh output back
-            if out_var is not None:
-                vars_.pop(out_var.id, None)
-                self.pools[out_var.device].release(out.data)
-            raise
-
-    def _graph_program(self, graph):
-        """The compiled worker's program of a hybridized graph (`realexec.cpu.graph.program`),
-        or None: not a native graph, or a kernel it uses replaced (it then runs as given)."""
-        native = program(graph)
-        kernels = self._kernels
-        if native is None or kernels["graph"] is not _KERNELS["graph"] or any(
-                kernels[n] is not _KERNELS[n] for n in native.names):
-            return None
-        return native
-
-    @property
-    def kernels(self) -> dict:
-        """The CPU kernels by op name (`realexec.cpu.kernels.KERNELS`). A test's gate or a
-        teacher's tracer replaces it by assignment, with a new dict: an op whose kernel is not
-        the shipped one then runs it as given, in Python, on the compiled engine too."""
-        return self._kernels
-
-    @kernels.setter
-    def kernels(self, table: dict) -> None:
-        self._kernels = table
-        # the compiled worker's elementwise ops over one input whose kernel is the shipped one:
-        # `_issue_same` looks the commonest op up here, not through `native_op`
-        self._unary = {name: code for name, code in UNARY.items()
-                       if table.get(name) is _KERNELS.get(name)}
-
-    @property
-    def issue_same(self):
-        """How `ND._same` issues its ops on the compiled engine (`_issue_same`); None on the
-        Python engine, which gains nothing by it (`ND` then hands `issue` the records)."""
-        return self._issue_same if self._native else None
-
-    def _issue_same(self, op_id, name, reads, var, shape, dtype, device, attrs, nbytes) -> None:
-        """`issue(*same_records(...), None)`: an op from `ND._same`, whose fresh output has its
-        inputs' shape, dtype and device. The common case is written out (the compiled worker
-        runs it on cpu(0), no GPU is in use, the kernel is the one shipped): building and reading
-        the records and the general path's tests cost 0.7 us of a 7 us op (2-core Xeon VM). An
-        elementwise op over one input (`y = x + 1`, relu: `UNARY`) goes to the engine's
-        `push_unary`, written out for it (`run_unary` in sync mode)."""
-        on_cpu = device == "cpu" and not self.gpus
-        code = self._unary.get(name) if on_cpu and len(reads) == 1 else None
-        if code is not None:
-            kind, scalar = SCALAR, attrs.get("scalar", 0.0)
-        else:
-            coded = None
-            if on_cpu and self._kernels.get(name) is _KERNELS.get(name):
-                coded = native_op(name, attrs, (shape,) * len(reads))
-            if coded is None:
-                self.issue(*same_records(op_id, name, reads, var, shape, dtype, device, attrs,
-                                         nbytes), None)
-                return
-            kind, code, scalar = coded
-        engine, vars_ = self.engine, self.vars
-        if engine.max_inflight is not None:
-            engine.throttle(name, op_id)  # before reserving: the cap bounds memory too
-        t_issue = perf_counter_ns()
-        x = vars_[reads[0]]
-        y = None if len(reads) == 1 else vars_[reads[1]]
-        try:
-            out = self._take_cpu(shape, dtype)
-        except MemoryError as exc:
-            raise MemoryError(f"{name}: cannot allocate an array of shape {shape} ({dtype}): "
-                              f"{exc}") from None
-        vars_[var] = out
-        data = out.data
-        a = x.ptr or _address_of(x)
-        try:
-            if y is None and kind == SCALAR:
-                self._push_unary(code, _CODES[dtype], data.size, a,
-                                 out.ptr or _address_of(out), scalar, x, out, name, op_id,
-                                 t_issue)
-            else:
-                b = a if y is None else y.ptr or _address_of(y)
-                engine.push_native(kind, code, _CODES[dtype], data.size, a, b,
-                                   out.ptr or _address_of(out), scalar,
-                                   (x,) if y is None else (x, y), (out,), "cpu", name, op_id,
-                                   t_issue)
-        except EngineStopped:  # refused before queuing: give the fresh output back
-            del vars_[var]
-            self._release_cpu(data)
-            raise
 
     def sync(self, kind: str, var: int | None):
         start = perf_counter_ns()
@@ -383,16 +206,6 @@ class EngineBackend(GpuBackend, DroppedResults):
                 else:
                     self._close_gpus()
             self._rss.close()
-
-
-def _address_of(var) -> int:
-    """A CPU var's buffer address, learned once: from `memory.ADDRESSES` (a pool hands out
-    arrays at offset 0 of their buffers), else by a compiled call (0.4 us; numpy's own costs
-    ~1 us)."""
-    data = var.data
-    where = ADDRESSES.get(id(data.base))
-    var.ptr = where if where is not None else address(data.reshape(-1))
-    return var.ptr
 
 
 def check_device(device: str) -> None:

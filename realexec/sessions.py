@@ -34,7 +34,7 @@ from asyncsim.nd.record import check_params, check_workload
 from asyncsim.nd.trace import Trace
 from realexec.cpu import kernels as cpu
 from realexec.cpu.warm import warm_all
-from realexec.engine.core import default_workers
+from realexec.engine.lanes import default_workers
 from realexec.frontend import ENGINES, EngineBackend, check_device
 
 _warm = False

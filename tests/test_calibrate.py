@@ -25,7 +25,7 @@ from asyncsim import Profile, autograd, gluon
 from asyncsim.model.profile import Cost
 from asyncsim.nd.ops import OPS
 from realexec.calibration.steady import central
-from realexec.engine.core import default_workers
+from realexec.engine.lanes import default_workers
 
 # the module: the package's `realexec.calibrate` attribute is the function
 cal = importlib.import_module("realexec.calibration.calibrate")

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from asyncsim import Profile, record, simulate
-from asyncsim.model.issue import MIX_WINDOW
+from asyncsim.model.prices import MIX_WINDOW
 from asyncsim.model.profile import Cost
 from realexec.calibration.issuing import fit_mix
 

@@ -12,7 +12,7 @@ from asyncsim.nd.frontend import ND
 from asyncsim.nd.program import Sync
 from asyncsim.nd.record import record
 from asyncsim.nd.trace import Trace
-from realexec.engine.core import default_workers
+from realexec.engine.lanes import default_workers
 
 
 def d2l_loop(nd, n=4, shape=(64, 64), sync=True):

@@ -1,5 +1,5 @@
 """Cost: what one op or copy costs on a lane, and the checks that a profile's cost tables name
-things a Profile can price and hold usable numbers (shared by `asyncsim.model.profile` for JSON
+things a Profile can price and hold usable numbers (shared by `asyncsim.model.fields` for JSON
 files, `--set` overrides and Profiles built directly).
 
 A Cost is `latency + nbytes / bandwidth + flops / peak` seconds, with nbytes the op's bytes read
@@ -15,8 +15,8 @@ an op group, `BROADCAST`, "*" (not for "frontend") or, for "frontend", a blocker
 "DEVICE:NAME@GEOMETRY" for an op of `asyncsim.nd.ops.GEOMETRY` (one geometry of a convolution
 or one shape of a 2-d product).
 Link keys are `LINKS` and the optional `READBACK`. Every rejection is one `ProfileError` line
-naming the key and what is accepted. This module does not import `asyncsim.model.profile`
-(which builds on it).
+naming the key and what is accepted. This module does not import `asyncsim.model.profile`,
+`fields` or `rules` (which build on it).
 """
 
 from __future__ import annotations

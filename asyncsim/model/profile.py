@@ -13,14 +13,9 @@ A Profile says
   to their sum, but for a graph that a compiled worker runs whole: `jit.Graph.compiled`, with
   `native`)
   name from `asyncsim.nd.ops`, an op group (create, elementwise, reduce, dot, copy) or "*" (a
-  fallback, not for "frontend", whose fallback is t1). An op is priced by name, then group, then
-  "*"; a binary op whose operands' shapes differ (broadcasting: another path through the frontend
-  and the kernel) by "DEVICE:broadcast" before those, where the profile has one; a convolution
-  or a 2-d product by "DEVICE:NAME@GEOMETRY" before them (`asyncsim.nd.ops.geometry`: a
-  convolution's shape without the batch, a product's whole shape and transposes), for a profile
-  that timed that geometry: BLAS's speed depends on the product's shape; a product it did not
-  time, of 1 MFLOP or more, by the timed one nearest in shape within a factor 2 on every side
-  (`asyncsim.model.products`);
+  fallback, not for "frontend", whose fallback is t1); "DEVICE:broadcast" prices a binary op whose
+  operands' shapes differ, "DEVICE:NAME@GEOMETRY" a convolution or 2-d product of one geometry
+  (`asyncsim.model.rules`: which key prices an op, and the pricing methods Profile inherits);
 - `links`: the copy cost of `copyto` between devices, keyed "cpu->gpu", "gpu->cpu", "gpu->gpu",
   and optionally "gpu->host": a blocker's copy of a GPU array into fresh (pageable) host memory
   (asnumpy, item, print of GPU data; without it such a blocker is priced as on the CPU);
@@ -59,7 +54,7 @@ A Profile says
 A Cost (`asyncsim.model.cost`, with the cost keys' checks) is `latency + nbytes / bandwidth +
 flops / peak` seconds. Units: seconds, bytes, bytes per second, flops per second. JSON files hold
 the same fields; `load` rejects an unknown key, a negative cost or a non-number with one line
-naming it and what is accepted.
+naming it and what is accepted (`asyncsim.model.fields`: the JSON form and the checks).
 
 `llc`, `dram` (0: off): the host's last-level cache in bytes and main memory's bytes/s, for the
 data a loop has let fall out of the caches (`asyncsim.model.caches`).
@@ -76,7 +71,7 @@ are calibrated on kernels that follow their own kind; a training loop's bias add
 follow products).
 
 `mix` (0: off): what issuing ops of several kinds in turn adds to the frontend's price of each,
-1 + mix (1 - 1/k) for k kinds among the last ops issued (`asyncsim.model.issue`); issue costs are
+1 + mix (1 - 1/k) for k kinds among the last ops issued (`asyncsim.model.prices`); issue costs are
 timed in a loop of one kind, which keeps one path through the frontend's code hot.
 
 `rss_keep`: bytes of freed buffers the allocator keeps resident (`asyncsim.model.rss`). `fitted`
@@ -90,44 +85,25 @@ see `asyncsim.model.book`).
 from __future__ import annotations
 
 import copy as _copy
-import json
-import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from asyncsim.model import products
+from asyncsim.model import fields
 from asyncsim.model.cost import (
-    AGAIN,
-    BROADCAST,
     COST_FIELDS,
     LINKS,
     READBACK,
     Cost,
     ProfileError,
-    _cost,
-    _from_text,
-    _number,
-    _table,
     check_key,
     device_kind,
     is_link_copy,
 )
-from asyncsim.nd.ops import BROADCASTING, OPS
-
-_SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int, "gpus": int,
-            "free": float, "dispatch": float, "wake": float, "gil": float, "release": float,
-            "switch": float, "spin": float, "recheck": float, "startup": float, "first_kind": float,
-            "handover": float, "gpu_issue": float, "gpu_wait": float, "gpu_settle": float,
-            "pageable": int, "rss_keep": float, "native": int, "idle_spin": float,
-            "table": int, "llc": float, "dram": float, "mix": float, "reclaim": float,
-            "after_gemm": float, "t3_asleep": float, "drop_batch": int,
-            "free_pending": float, "free_large": float, "take": float,
-            "foreign": float, "foreign_gemm": float, "forget": float}
-_MINIMUM = {"workers": 1, "cores": 1, "gpus": 0}
+from asyncsim.model.rules import Rules
 
 
 @dataclass
-class Profile:
+class Profile(Rules):
     name: str
     t1: float
     t3: float
@@ -180,7 +156,7 @@ class Profile:
     llc: float = 0.0
     dram: float = 0.0
     # what issuing ops of several kinds in turn adds to the frontend's price of each (0: off):
-    # an op issued while k kinds were among the last `asyncsim.model.issue.MIX_WINDOW` issued
+    # an op issued while k kinds were among the last `asyncsim.model.prices.MIX_WINDOW` issued
     # costs 1 + mix (1 - 1/k) times its price (t1 or its "frontend:" op cost; not the costs of
     # phases, backward's and a Trainer's, timed on mixed sequences already). A loop of one kind,
     # as issue costs are calibrated, keeps one path through the frontend's code hot
@@ -225,105 +201,9 @@ class Profile:
     _products: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        _check(self)
+        fields.check(self)
 
-    # -- pricing ---------------------------------------------------------------------------
-    def rule(self, op, broadcast: bool = False) -> tuple[str, Cost]:
-        """The key that prices `op` on its lane and its Cost (a link for cross-device copies).
-        A `broadcast` op (operands of different shapes) is priced by "DEVICE:broadcast" first."""
-        if is_link_copy(op):
-            key = f"{device_kind(op.attrs['src'])}->{device_kind(op.attrs['dst'])}"
-            if key not in self.links:
-                raise ProfileError(f"profile {self.name!r} has no link {key!r} for {op.name} "
-                                   f"(it has: {', '.join(self.links) or 'none'})")
-            return key, self.links[key]
-        if op.name == "graph":  # a hybridized block: its ops back to back, issued once
-            graph = op.attrs["graph"]
-            seconds = sum(self.cost(m, m.name in BROADCASTING and graph.broadcasts(m))
-                          for m in graph.ops)
-            step = self.costs.get(f"{device_kind(op.device)}:graph")
-            # the graph kernel's own Python per member (its bindings); none where a compiled
-            # worker runs the whole graph itself (realexec's native_ops.GRAPH)
-            if step is not None and not (self.native and graph.compiled):
-                seconds += step.latency * len(graph.ops)
-            return "graph", Cost(latency=seconds)
-        kind = device_kind(op.device)
-        if op.geometry:  # a convolution or product: its geometry's cost where the profile timed it
-            key = f"{kind}:{op.name}@{op.geometry}"
-            if key in self.costs:
-                return key, self.costs[key]
-            key = self._nearest_product(f"{kind}:{op.name}@", op)
-            if key is not None:  # a product near one timed: at that one's rate
-                return key, self.costs[key]
-        keys = (f"{kind}:{op.name}", f"{kind}:{OPS[op.name].group}", f"{kind}:*")
-        for key in (f"{kind}:{BROADCAST}", *keys) if broadcast else keys:
-            if key in self.costs:
-                return key, self.costs[key]
-        raise ProfileError(f"profile {self.name!r} has no cost for {op.name} on {kind} "
-                           f"(add {kind}:{op.name}, {kind}:{OPS[op.name].group} or {kind}:*)")
-
-    def _nearest_product(self, prefix: str, op) -> str | None:
-        """The timed product that prices `op`'s untimed geometry (`asyncsim.model.products`)."""
-        cached = self._products.get(prefix)
-        if cached is None or cached[0] != len(self.costs):
-            cached = self._products[prefix] = (len(self.costs),
-                                               products.timed(self.costs, prefix), {})
-        found = cached[2]
-        if op.geometry not in found:
-            found[op.geometry] = products.nearest(op.geometry, op.flops, cached[1])
-        return found[op.geometry]
-
-    def cost(self, op, broadcast: bool = False) -> float:
-        """Seconds `op` holds its lane."""
-        key, cost = self.rule(op, broadcast)
-        if "->" in key:  # op.nbytes counts the array twice (read and written); a link moves it once
-            return cost.time(op.nbytes / 2, 0.0)
-        return cost.time(op.nbytes, op.flops)
-
-    def issue_rule(self, op, broadcast: bool = False) -> Cost | None:
-        """The "frontend:" Cost that prices issuing `op`, or None when t1 does."""
-        keys = (f"frontend:{op.name}", f"frontend:{OPS[op.name].group}")
-        phase = op.attrs.get("phase")
-        if phase is not None and f"frontend:{phase}" in self.costs:
-            return self.costs[f"frontend:{phase}"]  # issued by backward, or by a Trainer
-        for key in (f"frontend:{BROADCAST}", *keys) if broadcast else keys:
-            if key in self.costs:
-                return self.costs[key]
-        return None
-
-    def issue(self, op, broadcast: bool = False) -> float:
-        """Seconds the frontend spends issuing `op`: a "frontend:" cost if one matches, else t1;
-        plus `gpu_issue` for an op on a GPU."""
-        cost = self.issue_rule(op, broadcast)
-        seconds = self.t1 if cost is None else cost.time(op.nbytes, op.flops)
-        return seconds + (self.gpu_issue if device_kind(op.device) == "gpu" else 0.0)
-
-    def blocker(self, kind: str, nbytes: int = 0, device: str = "cpu",
-                waited: bool = False, asleep: bool = False, again: bool = False,
-                shown: int | None = None) -> float:
-        """Seconds a blocker of `kind` costs the frontend once its wait is over: t3 (`t3_asleep`,
-        where there is one, for a blocker that fell `asleep` waiting), plus its
-        "frontend:<kind>" cost on the `nbytes` it returns when there is one (a print's on the
-        `shown` bytes it formats, `printed_bytes`, where given): the cold price of a
-        program's first blocker of the kind; `again` (a later one), "frontend:<kind>:again"
-        where the profile has it (its code is in the caches by then). On GPU data
-        (`device`; for waitall, a program with GPU work): plus `gpu_wait` if it `waited`, and a
-        copy of the data by the "gpu->host" link, where there is one, instead of the frontend's
-        own copy (print still formats); a waitall also pays `gpu_settle`."""
-        t3 = self.t3_asleep if asleep and self.t3_asleep else self.t3
-        cost = self.costs.get(f"frontend:{kind}")
-        if again:
-            cost = self.costs.get(f"frontend:{kind}{AGAIN}", cost)
-        own = shown if kind == "print" and shown is not None else nbytes
-        extra = 0.0 if cost is None else cost.time(own, 0.0)
-        if device_kind(device) != "gpu":
-            return t3 + extra
-        readback = self.links.get(READBACK)
-        if readback is not None and kind in ("asnumpy", "item", "print"):
-            extra = readback.time(nbytes, 0.0) + (extra if kind == "print" else 0.0)
-        settle = self.gpu_settle if kind == "waitall" else 0.0
-        return t3 + extra + settle + (self.gpu_wait if waited else 0.0)
-
+    # -- queries (the pricing methods: `Rules`, `asyncsim.model.rules`) --------------------
     @property
     def fitted(self) -> frozenset[tuple[str, str]]:
         """The printed numbers this profile was fitted to, as (scenario, label) pairs
@@ -347,19 +227,7 @@ class Profile:
         """A copy with some values changed: t1=..., workers=..., or cost fields by dotted key,
         e.g. replace(**{"cpu:add_scalar.latency": 1e-3, "gpu->cpu.bandwidth": 12e9}).
         Values may be strings (from `--set key=value`)."""
-        doc = self.to_dict()
-        for key, value in kv.items():
-            value = value if key == "name" else _from_text(value)
-            if key in _SCALARS:
-                doc[key] = value
-                continue
-            table_key, dot, attr = key.rpartition(".")
-            if not dot:
-                raise ProfileError(f"unknown setting {key!r}: use one of {', '.join(_SCALARS)}, "
-                                   f"or DEVICE:NAME.FIELD / LINK.FIELD with FIELD one of "
-                                   f"{', '.join(COST_FIELDS)}")
-            table = "links" if "->" in table_key else "costs"
-            doc[table].setdefault(table_key, {})[attr] = value
+        doc = fields.override(self.to_dict(), kv)
         return Profile.from_dict(doc, source=f"replace({', '.join(kv)})")
 
     # -- presets ---------------------------------------------------------------------------
@@ -391,75 +259,22 @@ class Profile:
                                f"(or a JSON file saved by Profile.save)")
         return presets[name]()
 
-    # -- files -----------------------------------------------------------------------------
+    # -- files (the JSON form and its checks: `asyncsim.model.fields`) ---------------------
     def to_dict(self) -> dict:
         """Plain JSON-able values; a Cost field left at its default is omitted (no Infinity)."""
-        def plain(cost: Cost) -> dict:
-            return {k: v for k, v in asdict(cost).items() if v != getattr(Cost(), k)}
-        doc = {k: getattr(self, k) for k in _SCALARS}
-        doc["costs"] = {k: plain(c) for k, c in self.costs.items()}
-        doc["links"] = {k: plain(c) for k, c in self.links.items()}
-        doc["meta"] = _copy.deepcopy(self.meta)
-        return doc
+        return fields.to_dict(self)
 
     @classmethod
     def from_dict(cls, doc: dict, source: str = "profile") -> Profile:
         """Build and validate; every problem is one ProfileError line that names the key."""
-        if not isinstance(doc, dict):
-            raise ProfileError(f"{source}: expected a JSON object, got {type(doc).__name__}")
-        accepted = [*_SCALARS, "costs", "links", "meta"]
-        for key in doc:
-            if key not in accepted:
-                raise ProfileError(f"{source}: unknown key {key!r}; "
-                                   f"accepted: {', '.join(accepted)}")
-        for key in ("name", "t1", "t3"):
-            if key not in doc:
-                raise ProfileError(f"{source}: missing key {key!r}")
-        values = {k: _scalar(k, doc[k], source) for k in _SCALARS if k in doc}
-        costs = {k: _cost(k, v, "costs", source) for k, v in _table(doc, "costs", source).items()}
-        links = {k: _cost(k, v, "links", source) for k, v in _table(doc, "links", source).items()}
-        meta = doc.get("meta", {})
-        if not isinstance(meta, dict):
-            raise ProfileError(f"{source}: meta must be an object, got {type(meta).__name__}")
-        return cls(**values, costs=costs, links=links, meta=meta)
+        return cls(**fields.from_dict(doc, source))
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+        fields.write(path, self.to_dict())
 
     @classmethod
     def load(cls, path: str | Path) -> Profile:
-        try:
-            doc = json.loads(Path(path).read_text())
-        except json.JSONDecodeError as exc:
-            raise ProfileError(f"{path}: not valid JSON ({exc})") from None
-        return cls.from_dict(doc, source=str(path))
-
-
-# -- validation -------------------------------------------------------------------------------
-def _scalar(key: str, value, source: str):
-    kind = _SCALARS[key]
-    if kind is str:
-        if not isinstance(value, str) or not value:
-            raise ProfileError(f"{source}: name = {value!r} must be a non-empty string")
-        return value
-    number = _number(key, value, source, minimum=_MINIMUM.get(key, 0.0))
-    if kind is int:
-        if number != int(number) or math.isinf(number):
-            raise ProfileError(f"{source}: {key} = {value!r} must be a whole number")
-        return int(number)
-    if math.isinf(number):
-        raise ProfileError(f"{source}: {key} = {value!r} must be finite")
-    return number
-
-
-def _check(profile: Profile) -> None:
-    """Validate a Profile built directly (the same rules as a loaded file)."""
-    for key in _SCALARS:
-        _scalar(key, getattr(profile, key), "profile")
-    for table in ("costs", "links"):
-        entries = getattr(profile, table)
-        for key, cost in entries.items():
-            entries[key] = _cost(key, cost, table, "profile")
+        return cls.from_dict(fields.read(path), source=str(path))
 
 
 __all__ = ["COST_FIELDS", "Cost", "LINKS", "READBACK", "Profile", "ProfileError", "check_key",

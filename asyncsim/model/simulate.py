@@ -22,7 +22,7 @@ end (label, begin), how many samples came before it, so that what was live at a 
 exact even when frees share its instant (`asyncsim.model.rss` reads it). Times are seconds of
 simulated time from 0.
 
-Pricing and blocker costs are the frontend's (see `asyncsim.model.issue`).
+Pricing is `asyncsim.model.prices`'s, blocker costs the frontend's (`asyncsim.model.issue`).
 
 The host (`asyncsim.model.host`, only when the profile asks for it, so `Profile.ideal` keeps the
 closed forms exact): idle CPU workers take `profile.dispatch` to wake up, and the thread that wakes
@@ -58,7 +58,8 @@ import simpy
 from asyncsim.model import host
 from asyncsim.model.caches import LastLevelCache
 from asyncsim.model.deps import DepTracker
-from asyncsim.model.issue import FRONTEND, FrontendProcess, RecentKinds
+from asyncsim.model.issue import FRONTEND, FrontendProcess
+from asyncsim.model.prices import Pricing, RecentKinds
 from asyncsim.model.profile import Profile, ProfileError, device_kind
 from asyncsim.nd.program import Op, Program
 from asyncsim.nd.record import check_workload, record
@@ -95,9 +96,9 @@ class _Queue:
         return event
 
 
-class _Model(FrontendProcess):
+class _Model(FrontendProcess, Pricing):
     """One simulation run: the shared state that the processes (the lanes below, the frontend in
-    `asyncsim.model.issue`) read and update."""
+    `asyncsim.model.issue`) and the op pricing (`asyncsim.model.prices`) read and update."""
 
     def __init__(self, program: Program, profile: Profile, mode: str, max_inflight: int | None,
                  before: LastLevelCache | None = None):

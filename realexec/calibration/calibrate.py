@@ -134,7 +134,8 @@ from realexec.calibration.measure import (
     kernels,  # noqa: F401 -- realexec.calibration.gpu imports it from here
 )
 from realexec.calibration.microbench import BackgroundLoad  # noqa: F401 -- re-exported
-from realexec.engine.core import Engine, default_workers
+from realexec.engine.core import Engine
+from realexec.engine.lanes import default_workers
 from realexec.engine.native import CAPACITY, IDLE_SPIN_S
 from realexec.frontend import machine
 

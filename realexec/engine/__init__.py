@@ -9,8 +9,8 @@
 - `core` (`engine="python"`): Python worker threads, per-variable read/write queues (`deps`) and
   a GIL-free wait for blockers (`spin`).
 
-Both: the device memory pools (`memory`) and how engines end (`shutdown`: close, Ctrl-C,
-interpreter exit, fork).
+Both: their settings, lanes and vocabulary (`lanes`), the device memory pools (`memory`) and
+how engines end (`shutdown`: close, Ctrl-C, interpreter exit, fork).
 
 The kernel convention, for every CPU kernel whichever engine runs it:
 `realexec.cpu.kernels.KERNELS[name](inputs, out, attrs)` computes op `name` of `asyncsim.nd.ops`
@@ -21,8 +21,9 @@ sizes and a bias's repetition packed into the scalar), and listed in `asyncsim.n
 (the model's native workers price it without the GIL); a hybridized graph of such ops is one op
 of kind GRAPH (`realexec.cpu.graph.program`, `asyncsim.nd.jit.Graph.compiled`)."""
 
-from realexec.engine.core import FRONTEND, Engine, default_workers
+from realexec.engine.core import Engine
 from realexec.engine.deps import OpError
+from realexec.engine.lanes import FRONTEND, default_workers
 from realexec.engine.shutdown import EngineStopped
 
 # `realexec.engine.native.NativeEngine` is not imported here: it needs `realexec.cpu.worker`,

@@ -9,16 +9,8 @@ returns. When an op holds all its vars it goes to its *lane*'s ready queue; the 
 threads run it. The engine is generic: `fn` is any callable; `realexec.frontend` builds the `nd`
 surface on it.
 
-Vocabulary, shared with `asyncsim.simulate` so the two read as one design:
-- lanes: "frontend" (the thread that pushes, t1), the CPU lane "cpu" whose workers are the span
-  lanes "cpu/w0".. (t2); `add_lane` adds others (a GPU's "gpu0/compute" and "gpu0/copy", one
-  worker each) without touching the engine. A lane added with `log=False` records no spans of
-  its own: its ops time themselves (a GPU op's span is the device's, from CUDA events);
-- mode "async" (MXNet's ThreadedEngine) or "sync" (NaiveEngine: each op runs inside its push, on
-  the frontend thread; its "exec" span is reported on the lane's first worker and a "wait" span
-  named after the op covers it on the frontend);
-- `max_inflight`: push blocks while that many ops are pending;
-- blockers `wait_for_var` / `wait_all` return when the op is done and the frontend runs again (t3).
+Vocabulary (lanes, modes, `max_inflight`, blockers), the settings and `Lane`: shared with the
+compiled engine and `asyncsim.simulate`, in `realexec.engine.lanes`.
 
 Times: `time.perf_counter_ns`, kept as raw ns tuples in `log` (cheap to append from any thread)
 and turned into `Span`s (seconds from `origin_ns`) only by `spans()`.
@@ -57,7 +49,6 @@ grow by ~400 bytes an op otherwise).
 
 from __future__ import annotations
 
-import os
 import threading
 from queue import SimpleQueue
 from time import perf_counter, perf_counter_ns
@@ -65,47 +56,12 @@ from time import perf_counter, perf_counter_ns
 from asyncsim.nd.trace import Span
 from realexec.engine import shutdown
 from realexec.engine.deps import Deps, Failure, OpError, OpRecord, Var
+from realexec.engine.lanes import FRONTEND, Lane, settings
 from realexec.engine.shutdown import JOIN_S, EngineStopped
 from realexec.engine.spin import Progress
 
-FRONTEND = "frontend"
-MODES = ("async", "sync")
 _POLL_S = 0.05  # a sleeping blocker re-checks this often (and lets KeyboardInterrupt in)
 _STOP = None  # a worker's sentinel
-
-
-def default_workers() -> int:
-    """One worker per core this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
-def settings(workers, mode: str, max_inflight) -> int:
-    """The worker count an engine gets; ValueError, naming it, for a setting out of range."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if max_inflight is not None and max_inflight < 1:
-        raise ValueError(f"max_inflight must be at least 1, got {max_inflight}")
-    count = default_workers() if workers is None else int(workers)
-    if count < 1:
-        raise ValueError(f"workers must be at least 1, got {workers}")
-    return count
-
-
-class Lane:
-    """A ready queue and the worker threads that drain it; `labels` name their trace lanes."""
-
-    __slots__ = ("name", "kind", "labels", "queue", "threads", "log")
-
-    def __init__(self, name: str, workers: int, kind: str = "exec", labels=None, log=True):
-        self.name, self.kind, self.log = name, kind, log
-        if labels is None:
-            labels = [f"{name}/w{i}" for i in range(workers)]
-        self.labels = list(labels)
-        self.queue: SimpleQueue = SimpleQueue()
-        self.threads: list[threading.Thread] = []
 
 
 class Engine(shutdown.Ending):

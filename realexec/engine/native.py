@@ -66,9 +66,9 @@ from realexec.cpu.worker import (
 )
 from realexec.engine import layout, placement, shutdown, sleep
 from realexec.engine import table as t
-from realexec.engine.core import Lane, default_workers, settings
 from realexec.engine.deps import Failure, OpError, Var
 from realexec.engine.frees import FREE_POLL_NS, DeferredFrees
+from realexec.engine.lanes import Lane, default_workers, settings
 from realexec.engine.pushes import Pushes
 from realexec.engine.shutdown import JOIN_S, EngineStopped
 from realexec.engine.spans import BLOCK, TableSpans

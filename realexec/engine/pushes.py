@@ -29,7 +29,7 @@ import numpy as np
 from realexec.cpu.worker import PYTHON, SCALAR
 from realexec.engine import layout
 from realexec.engine import table as t
-from realexec.engine.core import FRONTEND
+from realexec.engine.lanes import FRONTEND
 from realexec.engine.shutdown import EngineStopped
 
 _NONE = np.empty(0, np.int64)

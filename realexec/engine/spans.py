@@ -26,7 +26,7 @@ from numba import njit
 from asyncsim.nd.trace import Span
 from realexec.cpu.worker import PYTHON
 from realexec.engine import layout
-from realexec.engine.core import FRONTEND
+from realexec.engine.lanes import FRONTEND
 
 BLOCK = 256  # spans are read out of the table this many ops at a time
 RECHECK = 64  # pushes between two read-outs while the workers lag behind the frontend

@@ -26,8 +26,8 @@ from time import perf_counter_ns
 from realexec.cpu.worker import PYTHON, run_op, seed_thread, work
 from realexec.engine import layout, placement
 from realexec.engine import table as t
-from realexec.engine.core import Lane
 from realexec.engine.deps import Failure
+from realexec.engine.lanes import Lane
 
 
 class WorkerThreads:
