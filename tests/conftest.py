@@ -15,6 +15,7 @@ back here (children then start with SIGINT at its default, and install theirs).
 
 import os
 import signal
+import sys
 
 import pytest
 
@@ -49,3 +50,41 @@ def pytest_collection_modifyitems(config, items):
         for marker, reason in skips.items():
             if marker in item.keywords:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="session")
+def quick_profile():
+    """This machine's quick calibration of the CPU (`realexec.calibrate(quick=True)`, not
+    cached), measured once for the run (it takes seconds) and taken again, up to three times,
+    if other processes kept 0.2 cores busy meanwhile: test_calibrate checks it,
+    test_model_vs_measurement predicts with it, and the notebooks' kernels find it in their
+    calibration cache."""
+    from realexec.calibration.calibrate import calibrate
+
+    for _ in range(3):
+        measured = calibrate(quick=True, cache=False, progress=False, gpu=False)
+        if measured.meta["measurements"]["background load"] < 0.2:
+            break
+    return measured
+
+
+@pytest.fixture(scope="module")
+def quick_simulator_barriers():
+    """A GIL switch interval of 0.1 ms for a module of GPU tests under the simulator, put back
+    after it; nothing changes on a real GPU.
+
+    The simulator's launching thread polls its block's threads for a syncthreads() in a loop
+    that never blocks, so a thread woken at a barrier waits for the GIL until that loop is made
+    to let go of it, up to CPython's switch interval of 5 ms each time (a batch norm gradient of
+    10 values took 2.5 s a call, 0.5 s at 0.1 ms). The kernels run the same code on the same
+    threads and give the same values; only how soon a waiting thread gets the GIL changes. For
+    tests that check values, not times (a GPU's times mean nothing under the simulator)."""
+    if REAL_GPU:
+        yield
+        return
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)

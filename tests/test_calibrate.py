@@ -31,11 +31,6 @@ from realexec.engine.lanes import default_workers
 cal = importlib.import_module("realexec.calibration.calibrate")
 
 
-@pytest.fixture(scope="module")
-def quick_profile():
-    return cal.calibrate(quick=True, cache=False, progress=False, gpu=False)
-
-
 def every_op(nd):
     """One of each op the frontend has, on the CPU, and each blocker."""
     x = nd.random.uniform(shape=(4, 4))
@@ -251,18 +246,32 @@ def test_save_and_load_give_the_same_profile(quick_profile, tmp_path):
     assert loaded.to_dict() == quick_profile.to_dict()
 
 
+def _counted_measure(monkeypatch, raw=None) -> list:
+    """`_measure` counted: the list of its calls, returned. Without `raw` its first call
+    measures and every later one gives those measurements back; with `raw` (a profile's
+    measurements) every call gives `raw` back. The cache tests count measurements; they do not
+    look at their numbers, which `quick_profile`'s tests check."""
+    calls, real = [], cal._measure
+
+    def measure(*args, **kwargs):
+        nonlocal raw
+        calls.append(args)
+        if raw is None:
+            raw = real(*args, **kwargs)
+        return json.loads(json.dumps(raw))  # a copy: calibrate adds to it
+
+    monkeypatch.setattr(cal, "_measure", measure)
+    return calls
+
+
+# a measurement given back takes a millisecond, in which one 10 ms tick of another process's
+# CPU time reads as cores of background load
+@pytest.mark.filterwarnings("ignore:calibrate. other processes:UserWarning")
 def test_a_second_call_comes_from_the_cache(monkeypatch, tmp_path):
     """With the cache on, the first call measures and writes the file; the second returns the
     same profile without measuring; force=True measures again."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    real = cal._measure
-    calls = []
-
-    def counting(*args, **kwargs):
-        calls.append(args)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(cal, "_measure", counting)
+    calls = _counted_measure(monkeypatch)
     first = cal.calibrate(workers=1, quick=True, progress=False, gpu=False)
     assert len(calls) == 1
     path = cal.cache_path(1, quick=True)
@@ -280,14 +289,17 @@ def test_cache_files_differ_by_workers_and_settings(monkeypatch, tmp_path):
     assert len(paths) == 4
 
 
-def test_a_broken_cache_file_is_measured_again(monkeypatch, tmp_path):
+@pytest.mark.filterwarnings("ignore:calibrate. other processes:UserWarning")  # as above
+def test_a_broken_cache_file_is_measured_again(monkeypatch, tmp_path, quick_profile):
     """A cache file that does not load as a Profile is replaced, not trusted."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    path = cal.cache_path(1, quick=True)
+    calls = _counted_measure(monkeypatch, quick_profile.meta["measurements"])
+    workers = quick_profile.workers
+    path = cal.cache_path(workers, quick=True)
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
-    profile = cal.calibrate(workers=1, quick=True, progress=False, gpu=False)
-    assert Profile.load(path) == profile
+    profile = cal.calibrate(workers=workers, quick=True, progress=False, gpu=False)
+    assert len(calls) == 1 and Profile.load(path) == profile
 
 
 def test_quick_settings_are_small():

@@ -20,7 +20,7 @@ from realexec.gpu import kernels as gpu
 if not gpu.available():
     pytest.skip(gpu.device_error(0), allow_module_level=True)
 
-pytestmark = pytest.mark.cudasim
+pytestmark = [pytest.mark.cudasim, pytest.mark.usefixtures("quick_simulator_barriers")]
 
 STEPS, BATCH, LR = 2, 8, 0.3
 

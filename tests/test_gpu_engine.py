@@ -16,7 +16,7 @@ from realexec.gpu import kernels as gpu
 if not gpu.available():
     pytest.skip(gpu.device_error(0), allow_module_level=True)
 
-pytestmark = pytest.mark.cudasim
+pytestmark = [pytest.mark.cudasim, pytest.mark.usefixtures("quick_simulator_barriers")]
 
 A = np.arange(-6, 6, dtype=np.float32).reshape(3, 4)
 B = np.arange(1, 13, dtype=np.float32).reshape(3, 4)

@@ -111,7 +111,7 @@ def test_profile_files_keep_the_gpu_host_side(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def calibrated():
+def calibrated(quick_simulator_barriers):
     """A CPU profile with the GPU part measured by with_gpu (quick sizes, the simulator)."""
     if not gpu.available():
         pytest.skip(gpu.device_error(0))

@@ -22,7 +22,7 @@ gpu = require_gpu()
 from asyncsim.nd import ops  # noqa: E402
 from realexec.gpu import matmul as gpu_matmul  # noqa: E402
 
-pytestmark = pytest.mark.cudasim
+pytestmark = [pytest.mark.cudasim, pytest.mark.usefixtures("quick_simulator_barriers")]
 
 FEW = settings(max_examples=10, deadline=None)
 DTYPES = st.sampled_from(["float32", "float64"])

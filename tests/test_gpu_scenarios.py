@@ -24,7 +24,7 @@ from realexec.gpu import kernels as gpu
 if not gpu.available():
     pytest.skip(gpu.device_error(0), allow_module_level=True)
 
-pytestmark = pytest.mark.cudasim
+pytestmark = [pytest.mark.cudasim, pytest.mark.usefixtures("quick_simulator_barriers")]
 
 # 8.4/8.5's training on GPUs is left out: the simulator runs a GPU thread as a Python thread,
 # and a LeNet or ResNet-18 batch is minutes of that. Their engine path is tested on CPU devices

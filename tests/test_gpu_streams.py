@@ -21,7 +21,7 @@ from realexec.gpu import vars as gpu_vars
 if not gpu.available():
     pytest.skip(gpu.device_error(0), allow_module_level=True)
 
-pytestmark = pytest.mark.cudasim
+pytestmark = [pytest.mark.cudasim, pytest.mark.usefixtures("quick_simulator_barriers")]
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ import pytest
 import asyncsim
 import realexec
 from asyncsim.lab import scenarios
-from realexec.calibration.calibrate import BackgroundLoad, calibrate
+from realexec.calibration.calibrate import BackgroundLoad
 
 TOTAL = 2.0  # a factor
 PEAK = 0.5  # relative
@@ -42,13 +42,10 @@ LOAD = 0.2  # cores other processes may keep busy during a calibration or a meas
 
 
 @pytest.fixture(scope="module")
-def profile():
-    """A quick calibration, taken again (up to three times) if other processes were busy."""
-    for _ in range(3):
-        measured = calibrate(quick=True, cache=False, progress=False, gpu=False)
-        if measured.meta["measurements"]["background load"] < LOAD:
-            break
-    return measured
+def profile(quick_profile):
+    """The run's quick calibration (tests/conftest.py: taken again, up to three times, if other
+    processes kept LOAD cores busy)."""
+    return quick_profile
 
 
 def _measure(workload, workers, **params):

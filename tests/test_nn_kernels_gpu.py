@@ -26,7 +26,7 @@ from realexec.gpu import im2col as gpu_im2col  # noqa: E402
 from realexec.gpu import launch as gpu_launch  # noqa: E402
 from realexec.gpu import matmul as gpu_matmul  # noqa: E402
 
-pytestmark = pytest.mark.cudasim
+pytestmark = [pytest.mark.cudasim, pytest.mark.usefixtures("quick_simulator_barriers")]
 
 TOL = {"float32": {"rtol": 2e-5, "atol": 2e-5}, "float64": {"rtol": 1e-10, "atol": 1e-10}}
 DTYPES = ["float32", "float64"]

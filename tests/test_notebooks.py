@@ -3,7 +3,8 @@ from top to bottom without an error, with the reference answers of their exercis
 
 Each is converted with jupytext and executed by nbclient in a fresh kernel, on the CPU only
 (GPU cells predict and say so). The kernels share one calibration cache in a temporary folder,
-so the quick calibration runs once and nothing is written to the user's cache.
+which holds the run's quick calibration (tests/conftest.py), so none measures it again and
+nothing is written to the user's cache.
 """
 
 import os
@@ -13,12 +14,23 @@ import jupytext
 import pytest
 from nbclient import NotebookClient
 
+from realexec.calibration.calibrate import cache_path
+
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.py"))
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("calibration-cache")
+def cache(tmp_path_factory, quick_profile):
+    """The kernels' calibration cache, holding the run's quick calibration where a kernel's
+    `realexec.calibrate(quick=True)` looks for it (its key: this machine, this code, the
+    workers and the settings), so that no kernel measures it again."""
+    folder = tmp_path_factory.mktemp("calibration-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(folder))
+        path = cache_path(quick_profile.workers, quick=True)
+    path.parent.mkdir()
+    quick_profile.save(path)
+    return folder
 
 
 def test_there_is_a_notebook_per_section():
