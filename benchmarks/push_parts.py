@@ -43,16 +43,23 @@ numpy's op in that round. What each variant replaces:
 - "ring, reader into the engine" (async only): the same reader pushing each op into a compiled
   engine's table (`realexec.engine.table.push_unary`) behind its predecessor instead of running
   it, for the engine's one worker to run, a dropped buffer given back once its last op is done:
-  the route's frontend with the engine's own workers behind it.
+  the route's frontend with the engine's own workers behind it;
+- "one call" and "one call, into the engine" (async only): no ring and no reader thread. Each
+  push is one compiled call (`one_call.OneCall`) that does the reader's work for its op on the
+  frontend's own thread (the input's slot, a buffer from the size classes, the predecessor from
+  the compiled analysis; the op run in the call, or pushed into the engine's table for its
+  worker), and each drop is one call too: a call through a compiled entry point with integer
+  arguments costs about what the ring's stores cost, so this is the same floor with the
+  reader's core handed back to the engine.
 
 "numpy" is numpy's own `b = a + 1` on the same array, and "nd alone" the frontend over a backend
 that does nothing (`overhead.NullBackend`; "fast path": one that takes the fast path's calls,
 as the compiled engine does, and does nothing with them). The gap between "both + small var" and
 "nd alone" is what stays in Python per op with the pool and the dependency analysis compiled but
 the engine's Python as it is: the push's and the deletion's own code, the compiled call, the
-records. "lean" is the floor of a design that compiles those too, before the compiled work they
-would add (a var's deletion, a call of its own unless it rides on the next push), and "ring, no
-call" the floor of one that makes no call at all. Not a target: a map of where the time goes.
+records. "lean" keeps the Python around its one call (free lists, a var object, the table's
+slot); "one call" keeps none of it, the pool, the vars and the analysis living in the call's
+compiled state; "ring, no call" makes no call at all. Not a target: a map of where the time goes.
 """
 
 from __future__ import annotations
@@ -62,6 +69,7 @@ import statistics
 import time
 
 import numpy as np
+from one_call import OneCall
 from overhead import NullBackend, nd_per_op
 from ring_reader import RingReader, Unread
 
@@ -221,23 +229,37 @@ def per_op(variant: str, n: int, mode: str = "async") -> float:
         lists.close()
 
 
-def read_per_op(n: int, engine: bool = False) -> float:
-    """Seconds per op of the loop whose records a compiled thread takes (`RingReader`), and
-    runs itself or (`engine`) pushes into a compiled engine's table for its one worker."""
-    native = NativeEngine(workers=1) if engine else None
-    reader = RingReader(engine=native).start()
+def compiled_per_op(n: int, backend, label: str, native=None) -> float:
+    """Seconds per op of the loop over a backend of compiled code (`RingReader`, started, or
+    `OneCall`), its final waitall included; `native`, the compiled engine whose one worker runs
+    its ops, or None where the backend runs them itself. Both are closed after."""
     try:
-        nd = ND(reader)
+        nd = ND(backend)
         x = nd.ones((1, 2))
         nd_per_op(nd, n // 5, drain=True, x=x)
         per_op = nd_per_op(nd, n, drain=True, x=x)
         if np.ravel((x + 1).asnumpy()).tolist() != [2.0, 2.0]:
-            raise AssertionError("ring, compiled reader: x + 1 is not 2")
+            raise AssertionError(f"{label}: x + 1 is not 2")
         return per_op
     finally:
-        reader.close()
+        if isinstance(backend, RingReader):
+            backend.close()
         if native is not None:
             native.close()
+
+
+def compiled_rows(n: int) -> dict[str, float]:
+    """The rows of the compiled backends: the ring's reader and one call, each running the ops
+    itself and feeding an engine's table."""
+    rows = {}
+    for label, into, make in (
+            ("ring, compiled reader", "ring, reader into the engine",
+             lambda engine: RingReader(engine=engine).start()),
+            ("one call", "one call, into the engine", lambda engine: OneCall(engine=engine))):
+        rows[label] = compiled_per_op(n, make(None), label)
+        native = NativeEngine(workers=1)
+        rows[into] = compiled_per_op(n, make(native), into, native)
+    return rows
 
 
 def main() -> None:
@@ -247,7 +269,8 @@ def main() -> None:
     args = parser.parse_args()
     print(f"machine: {frontend.machine()}")
     names = ("numpy", "nd alone", "nd alone, fast path", "ring, no call",
-             "ring, compiled reader", "ring, reader into the engine", *VARIANTS,
+             "ring, compiled reader", "ring, reader into the engine", "one call",
+             "one call, into the engine", *VARIANTS,
              *[f"{v} (sync)" for v in VARIANTS])
     times: dict[str, list[float]] = {name: [] for name in names}
     a = np.ones((1, 2), np.float32)
@@ -259,8 +282,8 @@ def main() -> None:
         times["nd alone"].append(nd_per_op(ND(NullBackend()), args.ops))
         times["nd alone, fast path"].append(nd_per_op(ND(Silent()), args.ops))
         times["ring, no call"].append(nd_per_op(ND(Unread()), args.ops))
-        times["ring, compiled reader"].append(read_per_op(args.ops))
-        times["ring, reader into the engine"].append(read_per_op(args.ops, engine=True))
+        for label, per_op_s in compiled_rows(args.ops).items():
+            times[label].append(per_op_s)
         for variant in VARIANTS:
             times[variant].append(per_op(variant, args.ops))
             times[f"{variant} (sync)"].append(per_op(variant, args.ops, "sync"))

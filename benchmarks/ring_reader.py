@@ -211,6 +211,17 @@ def read(ring, scalars, keys, offs, sizes, arena, free, nfree, bump, wrap, rows,
         store(ring, 1, head)
 
 
+def creatable(op, out_var, who: str) -> None:
+    """NotImplementedError unless `op` makes an array that `who` keeps: float32 ones or zeros
+    of at most the largest size class."""
+    if op.name not in ("ones", "zeros") or out_var.dtype != "float32":
+        raise NotImplementedError(f"{op.name}: {who} only makes float32 ones and zeros, and "
+                                  "adds a scalar")
+    if out_var.nbytes > (CLASS << (CLASSES - 1)) * 4:
+        raise NotImplementedError(f"{op.name}: {who} keeps arrays of up to "
+                                  f"{CLASS << (CLASSES - 1)} float32, not {out_var.shape}")
+
+
 class RingReader(NullBackend):
     """`ND`'s backend for "ring, compiled reader": its pushes and deletions are records in the
     ring, which `read` takes on a thread of its own from `start` to `close`. Each method writes
@@ -286,12 +297,7 @@ class RingReader(NullBackend):
             raise RuntimeError("ring reader: not running (start it; or it was closed)")
 
     def issue(self, op, out_var, host) -> None:
-        if op.name not in ("ones", "zeros") or out_var.dtype != "float32":
-            raise NotImplementedError(f"{op.name}: the ring's reader only makes float32 ones "
-                                      "and zeros, and adds a scalar")
-        if out_var.nbytes > (CLASS << (CLASSES - 1)) * 4:
-            raise NotImplementedError(f"{op.name}: the ring's reader keeps arrays of up to "
-                                      f"{CLASS << (CLASSES - 1)} float32, not {out_var.shape}")
+        creatable(op, out_var, "the ring's reader")
         if self.room <= 0:
             self._make_room()
         self.room -= 1
