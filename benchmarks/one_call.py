@@ -206,12 +206,12 @@ class OneCall(NullBackend):
     def __init__(self, slots: int = 1 << 14, items: int = 1 << 20, engine=None,
                  wait_ns: int = WAIT_NS):
         nodes = 4 * slots
-        sizes = {KEYS: slots, OFFS: slots, SIZES: slots, SPARE: CLASSES * 2 * slots,
-                 NFREE: CLASSES, BUMP: 1, ROWS: 5 * slots, LINKS: 2 * nodes, POOL: 1,
-                 PREDBUF: nodes + 1, LATEBUF: 3 * slots}
-        self.world = np.zeros(HEADER + sum(sizes.values()), np.int64)
+        words_of = {KEYS: slots, OFFS: slots, SIZES: slots, SPARE: CLASSES * 2 * slots,
+                    NFREE: CLASSES, BUMP: 1, ROWS: 5 * slots, LINKS: 2 * nodes, POOL: 1,
+                    PREDBUF: nodes + 1, LATEBUF: 3 * slots}  # each part's length
+        self.world = np.zeros(HEADER + sum(words_of.values()), np.int64)
         w, at = self.world, HEADER
-        for k, words in sizes.items():
+        for k, words in words_of.items():
             w[k], at = at, at + words
         self.keys = w[w[KEYS]:w[KEYS] + slots]
         self.offs, self.sizes = w[w[OFFS]:w[OFFS] + slots], w[w[SIZES]:w[SIZES] + slots]
@@ -223,8 +223,8 @@ class OneCall(NullBackend):
         # the engine's state, kept here: a closed engine puts a small one in its place
         self.state = np.zeros(1, np.int64) if engine is None else engine.state
         w[ARENA], w[ITEMS] = self.arena.ctypes.data, items
-        w[ENGINE], w[ENGINE_LEN] = self.state.ctypes.data, 0 if engine is None else len(
-            self.state)
+        w[ENGINE] = self.state.ctypes.data
+        w[ENGINE_LEN] = 0 if engine is None else len(self.state)  # 0: ops run in the call
         w[SLOTS], w[NODES], w[LATE], w[WAIT] = slots, nodes, slots, wait_ns
         self.engine, self.addr = engine, w.ctypes.data
         self.codes = {"add_scalar": ADD}
