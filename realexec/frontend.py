@@ -4,11 +4,12 @@
 twin, so every workload runs unchanged): `issue` reserves the output buffer from the device's
 `Pool` and pushes the op's kernel (`realexec.cpu.kernels.KERNELS[name](inputs, out, attrs)`) to
 the engine, reading the input vars and writing the output var (on the compiled engine,
-`issue_same` does the same for the frontend's fast path without its records: the common case of
-`y = x + 1`, written out; both in `realexec.issuing`, mixed in); `free` pushes the buffer's
-release behind every op that still touches it (`Engine.delete_var`; on the compiled engine small
-results go in runs, and the done ones of a run are kept for the next outputs of their shape and
-dtype: `realexec.cpu.drops`); `sync` is a blocker; `mark` times an `nd.benchmark` region.
+`issue_same` does the same for the frontend's fast path without its records; both in
+`realexec.issuing`, mixed in, and the common case, `y = x + 1`, written out in
+`realexec.unary`); `free` pushes the buffer's release behind every op that still touches it
+(`Engine.delete_var`; on the compiled engine small results go in runs, and the done ones of a run
+are kept for the next outputs of their shape and dtype: `realexec.cpu.drops`); `sync` is a blocker;
+`mark` times an `nd.benchmark` region.
 Ops that touch a GPU go to its lanes (`realexec.gpu.backend`, mixed in). `realexec.session`
 opens one over a fresh engine of `ENGINES`; `machine` names this machine for a trace's meta.
 
@@ -55,6 +56,7 @@ from realexec.gpu.backend import GpuBackend
 from realexec.gpu.device import check_gpu
 from realexec.gpu.vars import StreamVar, host_wait
 from realexec.issuing import Issuing
+from realexec.unary import unary_push
 
 _RSS_EVERY_NS = 10_000_000
 ENGINES = {"native": NativeEngine, "native-pinned": functools.partial(NativeEngine, pin=True),
@@ -73,9 +75,8 @@ class EngineBackend(Issuing, GpuBackend, DroppedResults):
         self.kernels = cpu.KERNELS  # (the setter: `realexec.issuing`)
         self.vars: dict = {}  # frontend var id -> engine Var (its name is its device)
         self._native = isinstance(engine, NativeEngine)  # elementwise ops run compiled
-        if self._native:  # `y = x + 1`'s push: in sync mode the op runs at once
-            self._push_unary = engine.run_unary if engine.mode == "sync" else engine.push_unary
         self._init_drops(self.pools["cpu"], runs=self._native)
+        self._same = unary_push(self) if self._native else None  # `y = x + 1`'s push
         self._on_device: dict[int, str] = {}  # op id -> cpu(i), i > 0, that it ran for
         self._init_gpu()
         self.marks = trace_log(trace)  # (label, start_ns, end_ns)

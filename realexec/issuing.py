@@ -16,7 +16,7 @@ hands out arrays at offset 0 of their buffers (`_address_of`). Units: nanosecond
 (perf_counter_ns) for `t_issue`, bytes and addresses as ints.
 
 `Issuing` is mixed into `EngineBackend`, which sets the state its methods use (`engine`, `vars`,
-`pools`, `_native`, `_push_unary`, `_on_device`; `kernels` through the setter here), with its
+`pools`, `_native`, `_same`, `_on_device`; `kernels` through the setter here), with its
 other halves: `gpus` and `_issue_gpu` (`realexec.gpu.backend`), `_take_cpu` and `_release_cpu`
 (`realexec.cpu.drops`).
 """
@@ -162,17 +162,18 @@ class Issuing:
 
     @property
     def issue_same(self):
-        """How `ND._same` issues its ops on the compiled engine (`_issue_same`); None on the
-        Python engine, which gains nothing by it (`ND` then hands `issue` the records)."""
-        return self._issue_same if self._native else None
+        """How `ND._same` issues its ops on the compiled engine: `realexec.unary`'s push for the
+        commonest op, in front of `_issue_same`; None on the Python engine, which gains nothing
+        by it (`ND` then hands `issue` the records)."""
+        return self._same
 
     def _issue_same(self, op_id, name, reads, var, shape, dtype, device, attrs, nbytes) -> None:
         """`issue(*same_records(...), None)`: an op from `ND._same`, whose fresh output has its
         inputs' shape, dtype and device. The common case is written out (the compiled worker
         runs it on cpu(0), no GPU is in use, the kernel is the one shipped): building and reading
         the records and the general path's tests cost 0.7 us of a 7 us op (2-core Xeon VM). An
-        elementwise op over one input (`y = x + 1`, relu: `UNARY`) goes to the engine's
-        `push_unary`, written out for it (`run_unary` in sync mode)."""
+        elementwise op over one input (`y = x + 1`, relu: `UNARY`) comes here only when
+        `realexec.unary`'s push leaves it (`max_inflight`, a poisoned var, a closed engine)."""
         on_cpu = device == "cpu" and not self.gpus
         code = self._unary.get(name) if on_cpu and len(reads) == 1 else None
         if code is not None:
@@ -200,17 +201,11 @@ class Issuing:
         vars_[var] = out
         data = out.data
         a = x.ptr or _address_of(x)
+        b = a if y is None else y.ptr or _address_of(y)
         try:
-            if y is None and kind == SCALAR:
-                self._push_unary(code, _CODES[dtype], data.size, a,
-                                 out.ptr or _address_of(out), scalar, x, out, name, op_id,
-                                 t_issue)
-            else:
-                b = a if y is None else y.ptr or _address_of(y)
-                engine.push_native(kind, code, _CODES[dtype], data.size, a, b,
-                                   out.ptr or _address_of(out), scalar,
-                                   (x,) if y is None else (x, y), (out,), "cpu", name, op_id,
-                                   t_issue)
+            engine.push_native(kind, code, _CODES[dtype], data.size, a, b,
+                               out.ptr or _address_of(out), scalar,
+                               (x,) if y is None else (x, y), (out,), "cpu", name, op_id, t_issue)
         except EngineStopped:  # refused before queuing: give the fresh output back
             del vars_[var]
             self._release_cpu(data)

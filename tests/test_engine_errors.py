@@ -206,7 +206,7 @@ def test_a_fast_push_whose_input_failed_meanwhile_passes_the_failure_on():
         with pytest.raises(OpError, match="relu"):
             bad.wait_to_read()
         nd._backend.engine._tainted = False  # as the push read it, before the failure
-        y = bad + 1  # the fast push (`push_unary`)
+        y = bad + 1  # the fast push (`realexec.unary`)
         with pytest.raises(OpError, match="relu"):
             y.asnumpy()
         np.testing.assert_array_equal((x + 1).asnumpy(), np.full(3, 2, np.float32))
@@ -256,7 +256,7 @@ def test_a_general_push_whose_input_failed_meanwhile_passes_the_failure_on():
 
 
 def test_sync_mode_passes_a_failure_on_to_the_elementwise_ops_after_it():
-    """Sync mode's `y = x + 1` (`run_unary`, no analysis) poisons the result of an op that
+    """Sync mode's `y = x + 1` (`realexec.unary`, no analysis) poisons the result of an op that
     reads a failed op's output, and still computes one whose input is sound."""
     with realexec.session(mode="sync") as nd:
         nd._backend.kernels = {**cpu.KERNELS, "relu": broken_kernel}

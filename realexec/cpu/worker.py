@@ -175,7 +175,7 @@ STAMPED_TYPES = (types.int64[::1], *[types.int64] * 9, types.float64, *[types.in
 def run_unary_stamped(s, token, code, dtype, n, a, out, scalar, op_id, name, issue):
     """`run_stamped` for the commonest op, `y = x + 1`: an elementwise op with a scalar over
     one input, its slot taken from its token here. 11 arguments instead of 14, each of which
-    the call converts (`realexec.engine.pushes.Pushes.run_unary`)."""
+    the call converts (`realexec.unary`)."""
     run_stamped(s, token & (s[layout.H_CAP] - 1), token, SCALAR, code, dtype, n, a, a, out, scalar,
                 op_id, name, issue)
 

@@ -5,8 +5,8 @@ the table (`realexec.engine.table.push`), or in sync mode to its end.
 `max_inflight` wait, the spans' read-out and the pending deletions come due here), asks the
 dependency analysis (`asyncsim.nd.deps.Deps`) for the op's predecessors, keeps the op's Python
 record (for a Python kernel, and for a failure to pass on) and makes one compiled call. `push`
-is the same for a Python kernel. `push_unary` is the commonest op, `y = x + 1`, written out,
-and `run_unary` the same op in sync mode.
+is the same for a Python kernel. The commonest op, `y = x + 1`, is written out from the
+frontend's call to the compiled one in `realexec.unary`, in both modes.
 
 Sync mode (MXNet's NaiveEngine): each op runs inside its push, shown on the lane's first worker
 and covered by a frontend "wait" named after it, as `asyncsim.simulate` draws it. A native op
@@ -26,9 +26,8 @@ from time import perf_counter_ns
 
 import numpy as np
 
-from realexec.cpu.worker import PYTHON, SCALAR
+from realexec.cpu.worker import PYTHON
 from realexec.engine import layout
-from realexec.engine import table as t
 from realexec.engine.lanes import FRONTEND
 from realexec.engine.shutdown import EngineStopped
 
@@ -36,7 +35,7 @@ _NONE = np.empty(0, np.int64)
 
 
 class Pushes:
-    """`push`, `push_native`, `push_unary`, `run_unary` and `throttle`."""
+    """`push`, `push_native` and `throttle`."""
 
     def push(self, fn, reads=(), writes=(), lane: str = "cpu", name: str = "op", args=(),
              op_id: int = -1, t_issue: int | None = None) -> None:
@@ -87,67 +86,6 @@ class Pushes:
         # the push's own span is stamped by the push and read out with the exec spans
         self._push(self.state, slot, token, self._lane_index[lane], kind, code, dtype, n, a, b,
                    out, scalar, failed, p0, p1, p2, more, op_id, number, t_issue)
-
-    def push_unary(self, code, dtype, n, a, out, scalar, read, write, name, op_id,
-                   t_issue) -> None:
-        """`push_native(SCALAR, code, dtype, n, a, a, out, scalar, (read,), (write,), "cpu",
-        name, op_id, t_issue)` for the commonest op, `y = x + 1`: an elementwise op of the
-        compiled worker that reads one var and writes a fresh one (no op has named `write`
-        yet). Written out, with the analysis's `add_fresh`: 0.5 us of a 5.5 us op went on the
-        general push's calls, lists and tests (2-core AMD EPYC VM). With `max_inflight`, a
-        poisoned var anywhere or the engine closed, it takes the general push; in sync mode,
-        `run_unary` (which the frontend calls itself there)."""
-        if self._sync:
-            self.run_unary(code, dtype, n, a, out, scalar, read, write, name, op_id, t_issue)
-            return
-        if self.max_inflight is not None or self._closed or self._tainted:
-            self.push_native(SCALAR, code, dtype, n, a, a, out, scalar, (read,), (write,), "cpu",
-                             name, op_id, t_issue)
-            return
-        token = self._next
-        if token >= self._next_harvest:
-            self._harvest(token)
-        if self._frees and self._buf[layout.H_DONE] != self._frees_seen:
-            self._run_frees()
-        self._next = token + 1
-        slot = token & (self.cap - 1)
-        number = self._numbers.get(name)
-        if number is None:
-            number = self._name_number(name)
-        pred = self._deps.add_fresh(token, read, write)
-        if pred >= self._buf[layout.H_LOW]:
-            # only a predecessor in flight can fail it later: the worker then poisons the op's
-            # output by this record (`_fail_python`); below the mark it is done, and the slot's
-            # record stays None (its last one cleared by `_harvest`): 0.1 us less an op
-            self._ops[slot] = (name, op_id, (read,), (write,), None, ())
-        if self._push_unary(self.state, slot, token, SCALAR, code, dtype, n, a, out, scalar,
-                            pred, op_id, number, t_issue):
-            # its predecessor failed after `_tainted` was read: the op waits, held, for its
-            # record, which the worker that takes it reads to poison its output
-            self._ops[slot] = (name, op_id, (read,), (write,), None, ())
-            t.release_held(self.state, slot, 0)
-
-    def run_unary(self, code, dtype, n, a, out, scalar, read, write, name, op_id,
-                  t_issue) -> None:
-        """`push_unary` in sync mode, where the frontend calls it instead: the op runs now, in
-        one compiled call of 11 arguments (`run_unary_stamped`), after only the checks sync
-        mode needs (no analysis, no pending deletions: every op is done when its push
-        returns). 0.1 us less an op than `push_unary` (2-core AMD EPYC VM). With
-        `max_inflight`, a poisoned var anywhere or the engine closed, it takes the general
-        push, which passes a failure on through `read`."""
-        if self.max_inflight is not None or self._closed or self._tainted:
-            self.push_native(SCALAR, code, dtype, n, a, a, out, scalar, (read,), (write,), "cpu",
-                             name, op_id, t_issue)
-            return
-        token = self._next
-        if token >= self._next_harvest:
-            self._harvest(token)
-        self._next = token + 1
-        number = self._numbers.get(name)
-        if number is None:
-            number = self._name_number(name)
-        self._run_unary(self.state, token, code, dtype, n, a, out, scalar, op_id, number,
-                        t_issue)
 
     def _name_number(self, name: str) -> int:
         """The number that stands for op name `name` in the table."""
