@@ -10,6 +10,8 @@ numba.cuda kernels on a compute and a copy stream per device (`realexec.gpu.devi
 GPU, under the CUDA simulator (NUMBA_ENABLE_CUDASIM=1).
 """
 
+# first: numba's cache must know what each compiled module imports before any is compiled
+from realexec import numba_cache  # noqa: F401
 from realexec.calibration.calibrate import calibrate
 from realexec.engine.core import Engine, OpError
 from realexec.engine.native import NativeEngine
