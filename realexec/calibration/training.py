@@ -38,6 +38,7 @@ CLASSES = 10  # the softmaxes' and cross-entropy's classes: a classifier's last 
 CHANNELS, SIDE = 16, 8  # batch norm's and pooling's images: (size // 1024, 16, 8, 8)
 WINDOW = {"kernel": (2, 2), "stride": (2, 2), "pad": (0, 0)}  # LeNet's pooling
 COMPUTE_BOUND = ("conv2d", "conv2d_grad_data", "conv2d_grad_weight", "dot")  # every shape
+CROWD_ROUNDS = 7  # rounds of `crowding` (each visits every pair); the median ratio's is kept
 LONGEST = 6e-3  # seconds: a memory-bound op's call that takes longer is left out (kernel_times)
 
 
@@ -149,13 +150,19 @@ def _convolutions(nd, batch, channels, side, filters, kernel, stride, pad, ctx=N
     ]
 
 
-def crowding(bench, conv_shapes, rounds: int = 3) -> dict:
+def crowding(bench, conv_shapes, rounds: int = CROWD_ROUNDS) -> dict:
     """How much two convolutions at once slow each other, per geometry of `conv_shapes` (the
     last shape of a geometry gives its batch): "conv2d@<geometry>", the forward twice (as two
     devices run a layer), and "conv2d_grad@<geometry>", the data and weight gradients (which
     backward issues together), each {"alone": s, "together": s}: the mean exec seconds of the
     two ops one at a time and both at once (queued while the workers are held, so they start
-    together), from the round of `rounds` with the median ratio."""
+    together), from the round of `rounds` with the median ratio.
+
+    A round visits every pair once, alone and together back to back (in turn which first), so
+    a pair's rounds lie a whole sweep apart, not a few milliseconds: with three rounds of one
+    pair in a row, a slow spell of a second or two took all of them, and LeNet's second
+    convolution came out 0.82 crowded in one calibration and under 0.05 or 0.13 in the two
+    after it (2-core AMD EPYC VM; lenet_cpu2 predicted 39% slow)."""
     nd = bench.nd
     pairs = {}
     for shape in conv_shapes:
@@ -168,14 +175,14 @@ def crowding(bench, conv_shapes, rounds: int = 3) -> dict:
         pairs[f"conv2d@{geometry}"] = (forward, forward)
         pairs[f"conv2d_grad@{geometry}"] = (grad_data, grad_weight)
     nd.waitall()
-    out = {}
-    for label, (first, second) in pairs.items():
+    for first, second in pairs.values():
         first().wait_to_read()  # compiled, buffers touched
         second().wait_to_read()
-        results = []
-        for _ in range(rounds):
-            seconds = []
-            for together in (False, True):
+    results = {label: [] for label in pairs}
+    for k in range(rounds):
+        for label, (first, second) in pairs.items():
+            seconds = {}
+            for together in ((False, True) if k % 2 == 0 else (True, False)):
                 since = bench.mark()
                 if together:
                     bench.hold((), 0.003)
@@ -186,10 +193,12 @@ def crowding(bench, conv_shapes, rounds: int = 3) -> dict:
                     second().wait_to_read()
                 spans = [end - start for _, name, start, end in bench.spans(since, "exec")
                          if name.startswith("conv2d")]
-                seconds.append(sum(spans) / len(spans))
-            results.append(tuple(seconds))
-        results.sort(key=lambda pair: pair[1] / pair[0])
-        alone, together = results[len(results) // 2]
+                seconds[together] = sum(spans) / len(spans)
+            results[label].append((seconds[False], seconds[True]))
+    out = {}
+    for label, measured in results.items():
+        measured.sort(key=lambda pair: pair[1] / pair[0])
+        alone, together = measured[len(measured) // 2]
         out[label] = {"alone": alone, "together": together}
     return out
 
