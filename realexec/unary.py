@@ -9,7 +9,8 @@ and the objects that live as long as the engine bound once. Everything else goes
 `_issue_same` as before: another op, a replaced kernel, a GPU in use, `max_inflight`, a poisoned
 var anywhere, a closed engine. The records, spans, memory and errors are the same as by that path
 (tests/test_engine_fast_path.py holds the two to each other); only the Python between them is
-gone: 0.2-0.4 us of a 2-3.5 us op (2-core AMD EPYC VM, `benchmarks/push_parts.py`).
+gone: 0.1-0.4 us of a 2-3.8 us op, the old and new paths side by side in one process (2-core
+AMD EPYC VM; notes/ACCURACY.md, "The commonest push in one frame").
 
 Bound once, read each call: the kernel table (`kernels` may be replaced), the engine's analysis
 (closing the engine swaps it), the counters, and every flag that sends an op to the general
