@@ -74,8 +74,7 @@ class Issuing:
                        else Var(device, self.pools[device].acquire(out_var.shape,
                                                                    out_var.dtype)))
             except MemoryError as exc:
-                raise MemoryError(f"{op.name}: cannot allocate an array of shape "
-                                  f"{out_var.shape} ({out_var.dtype}): {exc}") from None
+                raise no_room(op.name, out_var.shape, out_var.dtype, exc) from None
             vars_[out_var.id] = out
         else:
             out = vars_[op.out]
@@ -196,8 +195,7 @@ class Issuing:
         try:
             out = self._take_cpu(shape, dtype)
         except MemoryError as exc:
-            raise MemoryError(f"{name}: cannot allocate an array of shape {shape} ({dtype}): "
-                              f"{exc}") from None
+            raise no_room(name, shape, dtype, exc) from None
         vars_[var] = out
         data = out.data
         a = x.ptr or _address_of(x)
@@ -210,6 +208,12 @@ class Issuing:
             del vars_[var]
             self._release_cpu(data)
             raise
+
+
+def no_room(name: str, shape, dtype, exc: MemoryError) -> MemoryError:
+    """The error of op `name` whose output (`shape`, `dtype`) could not be had: `exc`, said at
+    the call that asked for it."""
+    return MemoryError(f"{name}: cannot allocate an array of shape {shape} ({dtype}): {exc}")
 
 
 def _address_of(var) -> int:

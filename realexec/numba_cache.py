@@ -130,10 +130,10 @@ def _stamped(locator: type) -> type:
 
 _LOCATORS = [_stamped(c) for c in (caching.UserProvidedCacheLocator,
                                    caching.InTreeCacheLocator, caching.UserWideCacheLocator)]
-# numba's list of locators, tried in turn (`_CacheImpl` in older numba)
-_LIST = getattr(caching, "CacheImpl", None) or caching._CacheImpl
-_LIST = _LIST._locator_classes
-_LIST[:0] = [c for c in _LOCATORS if c not in _LIST]
+# numba's implementation of a cache, whose list of locators it tries in turn (`_CacheImpl` in
+# older numba)
+_IMPL = getattr(caching, "CacheImpl", None) or caching._CacheImpl
+_IMPL._locator_classes[:0] = [c for c in _LOCATORS if c not in _IMPL._locator_classes]
 for _name in ("realexec", "asyncsim", "benchmarks"):
     if os.path.isdir(os.path.join(_BASE, _name)):
         watch(os.path.join(_BASE, _name))

@@ -27,7 +27,7 @@ from realexec.cpu.worker import SCALAR
 from realexec.engine import layout
 from realexec.engine import table as t
 from realexec.engine.shutdown import EngineStopped
-from realexec.issuing import _CODES, _address_of
+from realexec.issuing import _CODES, _address_of, no_room
 
 _LOW, _DONE = layout.H_LOW, layout.H_DONE
 
@@ -54,8 +54,7 @@ def unary_push(backend):
         try:
             out = take(shape, dtype)
         except MemoryError as exc:
-            raise MemoryError(f"{name}: cannot allocate an array of shape {shape} ({dtype}): "
-                              f"{exc}") from None
+            raise no_room(name, shape, dtype, exc) from None
         vars_[var] = out
         number = numbers.get(name)
         if number is None:
