@@ -204,7 +204,7 @@ def collect(args, force: bool) -> list:
           + f", crowd {profile.costs['cpu:elementwise'].crowd:.2f}, mix {profile.mix:.2f}"
           + f", after_gemm {profile.after_gemm:.2f}"
           + (f", llc {profile.llc / 2**20:.0f} MiB, dram {profile.dram / 1e9:.1f} GB/s"
-             if profile.dram else ", llc and dram off")
+             f" (crowd {profile.dram_crowd:.2f})" if profile.dram else ", llc and dram off")
           + f", foreign {profile.foreign * 2**20 * 1e6:.1f} and "
             f"{profile.foreign_gemm * 2**20 * 1e6:.1f} us/MiB"
           + f", forget {profile.forget * 1e3:.1f} ms")

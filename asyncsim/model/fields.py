@@ -40,8 +40,8 @@ _SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int,
             "switch": float, "spin": float, "recheck": float, "startup": float, "first_kind": float,
             "handover": float, "gpu_issue": float, "gpu_wait": float, "gpu_settle": float,
             "pageable": int, "rss_keep": float, "native": int, "idle_spin": float,
-            "table": int, "llc": float, "dram": float, "mix": float, "reclaim": float,
-            "after_gemm": float, "t3_asleep": float, "drop_batch": int,
+            "table": int, "llc": float, "dram": float, "dram_crowd": float, "mix": float,
+            "reclaim": float, "after_gemm": float, "t3_asleep": float, "drop_batch": int,
             "free_pending": float, "free_large": float, "take": float,
             "foreign": float, "foreign_gemm": float, "forget": float}
 _MINIMUM = {"workers": 1, "cores": 1, "gpus": 0}

@@ -38,7 +38,12 @@ what the book's closed forms assume. With a Host:
   has no bytes term: their flops time stands for it): when such a kernel starts, each
   other crowding kernel running at that moment stretches its bytes time by `crowd` (two cores
   sharing one memory system; fixed at its start, which is exact for kernels that start together
-  and cheap to simulate). Compute-bound kernels (crowd 0) neither stretch nor count.
+  and cheap to simulate). Compute-bound kernels (crowd 0) neither stretch nor count. The bytes
+  an op finds cold (`asyncsim.model.caches`) come over the memory bus instead, which the
+  workers share more than the caches: with `profile.dram_crowd`, the time they take at `dram`
+  is stretched by `dram_crowd` for each other kernel moving cold bytes at that moment, not by
+  `crowd` (two cores streaming 16 MiB arrays from memory took 1.9-2.2x as long each as one
+  alone, arrays of 1 MiB in the caches 1.0x: 2-core AMD EPYC VM).
 - compiled workers (`profile.native`, realexec's default engine): an op of `ops.COMPILED` that
   does not broadcast, or broadcasts as a bias (`ops.native_broadcast`), and a hybridized graph
   of such ops (`jit.Graph.compiled`) are run and completed by compiled code, so they neither
@@ -128,6 +133,8 @@ class Host:
         handover = profile.handover or profile.dispatch
         self.gil = Gil(env, handover, profile.switch) if profile.gil and not sync else None
         self.crowding = 0  # crowding kernels running now
+        self.streaming = 0  # kernels moving cold bytes now (with `dram_crowd`)
+        self.dram_crowd = profile.dram_crowd if profile.dram else 0.0
         # every CPU device's workers share the cores (and the GIL): one process
         workers = profile.workers if workers is None else workers
         crowded = profile.cores < workers + 1 and not sync
@@ -140,7 +147,8 @@ class Host:
         self.spinning = False  # the frontend's last wait ended before it fell asleep
         self.recheck = 0.0 if sync else profile.recheck
         self.blocked = None  # the event the frontend's blocker waits for, while it waits
-        self.parts: list[tuple[float, float, float, float]] = []  # position -> split cost
+        # position -> split cost: latency, bytes time, flops time, crowd, cold bytes' time
+        self.parts: list[tuple[float, float, float, float, float]] = []
         self.native = bool(profile.native) and not sync
         self.idle_spin = profile.idle_spin if self.native else 0.0
         self.compiled: list[bool] = []  # position -> run by a compiled worker, without the GIL
@@ -153,17 +161,19 @@ class Host:
         return self.queue.wakes
 
     def prepare(self, op, cost, link: bool, broadcast: bool = False, cold: float = 0.0,
-                warm: tuple = (), cold_price: float = 0.0) -> None:
+                warm: tuple = (), cold_price: float = 0.0, from_dram: float = 0.0) -> None:
         """Split the op's lane cost: (latency with the GIL, bytes time, flops time (without the
-        GIL, and not stretched by crowding), crowd), and note whether a compiled worker runs
-        it without the GIL (`Profile.native`). `broadcast`: it broadcasts in a way the compiled
-        worker leaves to Python (`ops.native_broadcast` says which it keeps). `cold`: seconds
-        its data's trips from main memory add (`asyncsim.model.caches`), bytes time; `warm`:
-        the vars it finds in the caches, priced when it starts if another lane wrote them or no
-        op touched them for long (`cold_price`: seconds a cold byte adds)."""
+        GIL, and not stretched by crowding), crowd, the part of the bytes time its cold bytes
+        take), and note whether a compiled worker runs it without the GIL (`Profile.native`).
+        `broadcast`: it broadcasts in a way the compiled worker leaves to Python
+        (`ops.native_broadcast` says which it keeps). `cold`: seconds its data's trips from main
+        memory add (`asyncsim.model.caches`), bytes time; `from_dram`: those bytes' whole time
+        at `dram` (what `dram_crowd` stretches); `warm`: the vars it finds in the caches, priced
+        when it starts if another lane wrote them or no op touched them for long (`cold_price`:
+        seconds a cold byte adds)."""
         self.places.prepare(op, link, warm, cold_price)
         if link:
-            self.parts.append((cost.latency, cost.bytes_time(op.nbytes / 2), 0.0, 0.0))
+            self.parts.append((cost.latency, cost.bytes_time(op.nbytes / 2), 0.0, 0.0, 0.0))
             self.compiled.append(False)
             return
         by_bytes = cost.bytes_time(op.nbytes) if op.nbytes else 0.0
@@ -171,7 +181,9 @@ class Host:
         if cost.crowd and not by_bytes:  # priced by flops alone (a convolution geometry): that
             by_bytes, by_flops = by_flops, 0.0  # time is what kernels beside it stretch
         by_bytes += cold
-        self.parts.append((cost.latency, by_bytes, by_flops, cost.crowd if by_bytes else 0.0))
+        from_dram = min(from_dram, by_bytes) if self.dram_crowd else 0.0
+        self.parts.append((cost.latency, by_bytes, by_flops, cost.crowd if by_bytes else 0.0,
+                           from_dram))
         self.compiled.append(self.native and (op.name in COMPILED and not broadcast or (
             op.name == "graph" and op.attrs["graph"].compiled)))
 
@@ -247,13 +259,16 @@ class Host:
             if not items:  # read with the GIL and on a core: another worker emptied it meanwhile
                 continue
             position = items.popleft()
-            latency, by_bytes, by_flops, crowd = parts[position]
+            latency, by_bytes, by_flops, crowd, from_dram = parts[position]
             if places.on:
-                by_bytes = places.start(lane, position, env.now, by_bytes)
+                by_bytes, stale = places.start(lane, position, env.now, by_bytes)
+                if stale and self.dram_crowd:
+                    from_dram += stale
             if self.compiled[position]:
                 if gil is not None:  # back in the compiled loop: no GIL
                     gil.release(lane)
-                yield from self._compiled(lane, position, latency, by_bytes, by_flops, crowd)
+                yield from self._compiled(lane, position, latency, by_bytes, by_flops, crowd,
+                                          from_dram)
                 continue
             start = env.now
             if latency:  # the call into the kernel, with the GIL
@@ -264,11 +279,8 @@ class Host:
                     # no thread can take the GIL until the signal is sent
                     yield from spend(self.wake)
                 gil.release(lane)
-            if crowd:
-                stretch = 1.0 + crowd * self.crowding
-                self.crowding += 1
-                yield from spend(by_bytes * stretch + by_flops)
-                self.crowding -= 1
+            if crowd or from_dram:
+                yield from self._crowded(0.0, by_bytes, by_flops, crowd, from_dram)
             elif by_bytes or by_flops:
                 yield from spend(by_bytes + by_flops)
             if gil is not None:  # the kernel returns into Python: the GIL again
@@ -301,17 +313,31 @@ class Host:
         yield event
         self.cores.join()
 
+    def _crowded(self, latency: float, by_bytes: float, by_flops: float, crowd: float,
+                 from_dram: float):
+        """Generator: a kernel's time among the kernels running as it starts (fixed then, which
+        is exact for kernels that start together and cheap to simulate): its bytes time
+        stretched by `crowd` for each other crowding kernel, except the part its cold bytes
+        take (`from_dram`), stretched by `dram_crowd` for each other kernel moving cold bytes:
+        the caches' share of the bandwidth and the memory bus's."""
+        seconds = latency + (by_bytes - from_dram) * (1.0 + crowd * self.crowding) + by_flops
+        if from_dram:
+            seconds += from_dram * (1.0 + self.dram_crowd * self.streaming)
+        crowding, streaming = int(crowd > 0), int(from_dram > 0)
+        self.crowding += crowding
+        self.streaming += streaming
+        yield from self.spend(seconds)
+        self.crowding -= crowding
+        self.streaming -= streaming
+
     def _compiled(self, lane: str, position: int, latency: float, by_bytes: float,
-                  by_flops: float, crowd: float):
+                  by_flops: float, crowd: float, from_dram: float):
         """A compiled worker runs op `position`: its kernel, then its completion, no GIL; it
         pays only for the idle workers it wakes (a futex wake each)."""
         model, env = self.model, self.env
         start = env.now
-        if crowd:
-            seconds = latency + by_bytes * (1.0 + crowd * self.crowding) + by_flops
-            self.crowding += 1
-            yield from self.spend(seconds)
-            self.crowding -= 1
+        if crowd or from_dram:
+            yield from self._crowded(latency, by_bytes, by_flops, crowd, from_dram)
         else:
             yield from self.spend(latency + by_bytes + by_flops)
         op = model.ops[position]

@@ -73,10 +73,12 @@ class Places:
         self.touches.append((warm, op.out, every, cold_price)
                             if self.caches is not None and not link else None)
 
-    def start(self, lane: str, position: int, now: float, by_bytes: float) -> float:
+    def start(self, lane: str, position: int, now: float, by_bytes: float) -> tuple[float, float]:
         """The bytes time of op `position`, starting on `lane` at `now`, with what its place
-        adds."""
+        adds; and of that, the time its bytes the caches forgot take at `dram` (they come over
+        the memory bus, as the cold bytes found at its issue do)."""
         part = self.part[position]
+        stale = 0.0
         if (self.after_gemm and part == STREAMING
                 and now - self.last_gemm.get(lane, -math.inf) < AFTER_GEMM_S):
             by_bytes *= self.after_gemm
@@ -85,11 +87,13 @@ class Places:
             warm, out, every, cold_price = touched
             if self.forget:
                 gone, warm = self.caches.stale(warm, now - self.forget)
-                by_bytes += gone * cold_price
+                if gone and cold_price:
+                    by_bytes += gone * cold_price
+                    stale = gone / self.caches.dram
                 self.caches.see(every, now)
             if self.foreign:
                 by_bytes += self.caches.foreign(warm, out, lane) * self.price[part]
-        return by_bytes
+        return by_bytes, stale
 
     def ended(self, lane: str, position: int, now: float) -> None:
         """Op `position` has just ended on `lane`: a product or convolution starts the window."""

@@ -71,6 +71,7 @@ class Pricing:
         cold = 0.0  # what the bytes it finds outside the caches add (`asyncsim.model.caches`)
         warm = ()  # the vars it finds in them (`asyncsim.model.places` prices who wrote them)
         cold_price = 0.0  # what a cold byte adds to it
+        from_dram = 0.0  # the time its cold bytes take at `dram`, a share of the memory bus
         if self.caches is not None and not link and device_kind(op.device) == "cpu":
             if op.fresh:
                 self.caches.take(op.out)
@@ -80,6 +81,8 @@ class Pricing:
             if op.nbytes and (cold_bytes or self.profile.forget):
                 cold_price = self.caches.price(op, lane_cost)
                 cold = cold_bytes * cold_price
+                if cold:  # an op slower than memory anyway moves its cold bytes as it goes
+                    from_dram = cold_bytes / self.profile.dram
         if link:
             self.durations.append(lane_cost.time(op.nbytes / 2, 0.0))
         else:
@@ -90,7 +93,7 @@ class Pricing:
         if self.host is not None:
             self.host.prepare(op, lane_cost, link,
                               broadcast and not native_broadcast(op, self.program.vars), cold,
-                              warm, cold_price)
+                              warm, cold_price, from_dram)
         cost = self.profile.t1 if issue_cost is None else issue_cost.time(op.nbytes, op.flops)
         if self.kinds_issued is not None:
             factor = self.kinds_issued.factor(op.name)

@@ -155,6 +155,10 @@ class Profile(Rules):
     # main memory, whose bytes move at `dram` bytes/s at best (costs are calibrated warm)
     llc: float = 0.0
     dram: float = 0.0
+    # (with dram) how much each other kernel moving cold bytes at the same moment stretches the
+    # time an op's own cold bytes take (cold bytes / dram): the workers share one memory bus
+    # (`asyncsim.model.host`); 1: each of two takes twice as long, 0: off
+    dram_crowd: float = 0.0
     # what issuing ops of several kinds in turn adds to the frontend's price of each (0: off):
     # an op issued while k kinds were among the last `asyncsim.model.prices.MIX_WINDOW` issued
     # costs 1 + mix (1 - 1/k) times its price (t1 or its "frontend:" op cost; not the costs of
@@ -214,13 +218,14 @@ class Profile(Rules):
     @property
     def contended(self) -> bool:
         """Whether any host contention (wake-ups, the GIL, releases, re-checks, crowding, ops
-        slowed after products, by data another worker wrote or by caches that forget) is
+        slowed after products, by data another worker wrote or by caches that forget, cold
+        bytes sharing the memory bus) is
         modelled."""
         crowded = any(cost.crowd for key, cost in self.costs.items() if key.startswith("cpu:"))
         return bool(self.dispatch or self.wake or self.gil or self.release or self.recheck
                     or crowded or self.after_gemm > 1.0
                     or (self.dram > 0 and (self.foreign > 0 or self.foreign_gemm > 0
-                                           or self.forget > 0)))
+                                           or self.forget > 0 or self.dram_crowd > 0)))
 
     # -- variants --------------------------------------------------------------------------
     def replace(self, **kv) -> Profile:

@@ -1,5 +1,6 @@
-"""Calibration of the host's last-level cache: `profile.llc` and `profile.dram`
-(`asyncsim.model.caches` says how the model uses them).
+"""Calibration of the host's last-level cache: `profile.llc`, `profile.dram` and
+`profile.dram_crowd` (`asyncsim.model.caches` and `asyncsim.model.host` say how the model uses
+them).
 
 `sweep(elements, buffers, rounds, sweeps)`: `y = x + 1` on float32 arrays of `elements`, its
 output cycling through k buffers for each k of `buffers` (x is read by every op, so it stays
@@ -10,17 +11,25 @@ as "sweeps"). numpy's add runs it: a
 streaming loop like the engine's compiled elementwise kernels, with no engine in between to blur
 a millisecond.
 
-`fit(points)`: warm is k = 1, cold the largest k, the furthest reuse distance swept. The op
-still slows between the two largest on the 2-core Intel Xeon VM (736-808 us at 256 MiB gone
-through, 987-1009 at 512 MiB; 1007-1035 at 1 GiB in a longer sweep: the host's last level is
-480 MiB, shared), so the median of the two, which this took before, read a half-warm op as cold:
-`dram` 13.8 and 14.6 GB/s on two calibrations' points, 11.9 and 12.0 from the largest k. Where
-cold is not at least `MIN_GAP` slower, the caches make no difference at these sizes and both
-values are 0 (off). Otherwise `llc` is the reuse distance (bytes gone through in between) of the
-largest k still closer to warm than to cold (one threshold on a curve that rises gradually: 128
-or 256 MiB there, from one calibration to the next), and `dram` what makes the model's step
-match the cold op: its output's bytes (x stays warm) move at `dram` where the warm op moved at
-its own pace, so 1 / dram = (cold - warm) / out_bytes + warm / op_bytes.
+`fit(points)`: warm is the faster of k = 1 and 2 (both in the caches), cold the largest k, the
+furthest reuse distance swept. The op still slows between the two largest on the 2-core Intel
+Xeon VM (736-808 us at 256 MiB gone through, 987-1009 at 512 MiB; 1007-1035 at 1 GiB in a longer
+sweep: the host's last level is 480 MiB, shared), so the median of the two, which this took
+before, read a half-warm op as cold: `dram` 13.8 and 14.6 GB/s on two calibrations' points, 11.9
+and 12.0 from the largest k. Where cold is not at least `MIN_GAP` slower, the caches make no
+difference at these sizes and both values are 0 (off). Otherwise `llc` is the reuse distance
+(bytes gone through in between) of the largest k still closer to warm than to cold (one
+threshold on a curve that rises gradually: 128 or 256 MiB there, from one calibration to the
+next), and `dram` what makes the model's step match the cold op: its output's bytes (x stays
+warm) move at `dram` where the warm op moved at its own pace, so 1 / dram = (cold - warm) /
+out_bytes + warm / op_bytes.
+
+`crowding(elements, outputs, rounds)`, `fit_crowding(points, dram)`: `profile.dram_crowd`, how much
+a second core streaming from main memory slows the first. The same op on cold outputs, one
+thread alone and two at once: on the 2-core AMD EPYC VM, 16 MiB arrays took 1.9-2.2x as long
+each with two threads (the bus shared evenly: `dram_crowd` 1), 1 MiB arrays in the caches
+1.0x. The engine's `y = x + 1` on 2000x2000 with its outputs cold ran 34.5 ms for 50 ops on one
+worker and 31-33 ms on two, where the model without it predicted 34.4 and 24.6 ms.
 
 `forgetting(elements, idles, rounds)`, `fit_forget(points)`: `profile.forget`, how long the
 caches keep a buffer no op touches. The same op on two buffers, after the core spun for each
@@ -36,6 +45,7 @@ Units: elements (float32), bytes, seconds, bytes per second. Memory: (max(buffer
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 
 import numpy as np
@@ -73,7 +83,11 @@ def fit(points: dict) -> dict:
     buffers, seconds = points["buffers"], points["seconds"]
     out_bytes = points["elements"] * F32
     op_bytes = 2 * out_bytes
-    warm = seconds[buffers.index(1)] if 1 in buffers else min(seconds)
+    # warm: the faster of one and two buffers, which hold two and three arrays, in the caches
+    # both; one alone read a slow moment as warm once, and the caches as off (run M's third
+    # calibration: 338 us at one buffer, 279 at two, 316 at 33)
+    warm = min(t for k, t in zip(buffers, seconds, strict=True) if k <= 2) \
+        if 1 in buffers else min(seconds)
     cold = seconds[buffers.index(max(buffers))]
     found = {"warm": warm, "cold": cold, "llc": 0.0, "dram": 0.0}
     if len(buffers) < 3 or cold < MIN_GAP * warm:
@@ -83,6 +97,57 @@ def fit(points: dict) -> dict:
     found["llc"] = float(reuse)
     found["dram"] = 1.0 / ((cold - warm) / out_bytes + warm / op_bytes)
     return found
+
+
+def crowding(elements: int, outputs: int, rounds: int) -> dict:
+    """Seconds per op of `y = x + 1` on `elements` float32, its output cycling through
+    `outputs` buffers (cold: they outgrow the caches), on one thread alone and on two at once,
+    each with its own x and buffers (numpy lets the GIL go in the loop, so both stream at once).
+    Each round times both, in turn first, each the median op of two cycles after an untimed
+    one; the rounds are kept, their ratio is `fit_crowding`'s."""
+    xs = [np.ones(elements, np.float32) for _ in range(2)]
+    outs = [[np.empty(elements, np.float32) for _ in range(outputs)] for _ in range(2)]
+    for mine in outs:  # fresh pages touched once, out of the timing
+        for out in mine:
+            np.add(xs[0], 1.0, out=out)
+
+    def stream(i: int, times: list) -> None:
+        x, mine = xs[i], outs[i]
+        for c in range(3):
+            for out in mine:
+                start = time.perf_counter()
+                np.add(x, 1.0, out=out)
+                if c:
+                    times.append(time.perf_counter() - start)
+
+    alone, together = [], []
+    for r in range(rounds):
+        for both in ((False, True) if r % 2 else (True, False)):
+            times: list[float] = []
+            threads = [threading.Thread(target=stream, args=(i, times))
+                       for i in range(2 if both else 1)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            (together if both else alone).append(statistics.median(times))
+    return {"elements": elements, "outputs": outputs, "alone": alone, "together": together}
+
+
+def fit_crowding(points: dict, dram: float) -> float:
+    """`profile.dram_crowd` from a `crowding` run, where main memory moves `dram` bytes/s (`fit`):
+    how much a second stream of cold bytes stretches the time an op's own cold bytes take. The
+    model splits the op alone as `fit` priced it: its output's bytes at `dram` (the cold part),
+    the rest warm (x, read by every op, stays in the caches), and stretches only the cold part.
+    So with s the median over rounds of together / alone and c the cold part's share of the op
+    alone, dram_crowd = (s - 1) / c, within [0, 1] (1: the bus shared evenly; more is a noisy
+    moment). 8 MiB arrays here: s 1.6-1.8 at c 0.7, so 0.9-1."""
+    ratios = [b / a for a, b in zip(points["alone"], points["together"], strict=True)]
+    alone = statistics.median(points["alone"])
+    cold = min(1.0, points["elements"] * F32 / dram / alone) if dram > 0 else 0.0
+    if cold <= 0.0:
+        return 0.0
+    return min(1.0, max(0.0, (statistics.median(ratios) - 1.0) / cold))
 
 
 def forgetting(elements: int, idles: tuple[float, ...], rounds: int) -> dict:
@@ -119,4 +184,4 @@ def fit_forget(points: dict) -> float:
     return float(idles[-1])
 
 
-__all__ = ["fit", "fit_forget", "forgetting", "sweep"]
+__all__ = ["crowding", "fit", "fit_crowding", "fit_forget", "forgetting", "sweep"]

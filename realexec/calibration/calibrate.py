@@ -70,6 +70,8 @@ a program with:
   timed in a loop of its kind alone (`realexec.calibration.issuing.mixed_issue`);
 - `llc` and `dram`: the last-level cache's size and main memory's bandwidth, from an op whose
   output cycles through more and more buffers (`realexec.calibration.caches`);
+- `dram_crowd`: how much a second core streaming from main memory slows the first, from that op
+  on cold outputs on one thread and on two at once (`realexec.calibration.caches.crowding`);
 - `forget`: how long the caches keep a buffer no op touches, from an op timed after idle spells
   of 0-80 ms (`realexec.calibration.caches.forgetting`);
 - `foreign`, `foreign_gemm`: what data another core wrote last adds per byte to a streaming op
@@ -244,6 +246,8 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
                    handover=raw.get("handover", {}).get("handover", 0.0),
                    native=int(native), idle_spin=IDLE_SPIN_S if native else 0.0,
                    table=CAPACITY if native else 0, llc=cache["llc"], dram=cache["dram"],
+                   dram_crowd=(caches.fit_crowding(raw["dram_crowding"], cache["dram"])
+                               if cache["dram"] and "dram_crowding" in raw else 0.0),
                    mix=issuing.fit_mix(raw["mixed"]["ratios"]) if "mixed" in raw else 0.0,
                    reclaim=raw["reclaim"]["reclaim"] if native and "reclaim" in raw else 0.0,
                    drop_batch=DROP_BATCH if native else 0,

@@ -67,6 +67,9 @@ class Settings:
     llc_elements: int = 0
     llc_buffers: tuple[int, ...] = ()
     llc_repeats: tuple[int, int] = (3, 3)
+    # rounds of the same op on cold outputs, one thread and two at once (`caches.crowding`, over
+    # half the largest count of buffers each); 0: not measured
+    llc_crowd_rounds: int = 0
     # data another core wrote (`realexec.calibration.places`): float32 elements of the
     # streaming op, the product (m, k, n), rounds of each place; 0 elements: not measured
     place_elements: int = 0
@@ -118,7 +121,7 @@ FULL = Settings(sizes=(2**10, 2**13, 2**16, 2**18, 2**20, 2**21, 2**22, 2**23),
                 graph_repeats=100,
                 # 8 MB buffers, 0-512 MB gone through between two touches of one: past the
                 # last cache of the machines seen (warm to cold between 67 and 270 MB here)
-                llc_elements=2**21, llc_buffers=(1, 2, 3, 5, 9, 17, 33),
+                llc_elements=2**21, llc_buffers=(1, 2, 3, 5, 9, 17, 33), llc_crowd_rounds=7,
                 # 8 MiB and a dense layer's product (the MLP's first, batch 128)
                 place_elements=2**21, place_product=(128, 512, 2048), place_rounds=40,
                 # 8 MiB; up to 80 ms, where the op was as slow as with its buffers evicted
@@ -134,6 +137,7 @@ QUICK = Settings(sizes=(2**8, 2**12, 2**16, 2**18), dot_sides=(16, 64, 256), gem
                  dot_shapes=((16, 32, 64),), layer_products=((16, 64, 32, "tb"),),
                  graph_repeats=10,
                  llc_elements=2**20, llc_buffers=(1, 2, 5, 17, 33), llc_repeats=(2, 1),
+                 llc_crowd_rounds=2,
                  place_elements=2**14, place_product=(16, 64, 32), place_rounds=3)
 
 def kernels(nd, settings, ctx=None) -> list[tuple]:
@@ -207,6 +211,9 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
     if s.llc_elements:
         bar.set_postfix_str("last-level cache")
         raw["caches"] = step(caches.sweep, s.llc_elements, s.llc_buffers, *s.llc_repeats)
+        if s.llc_crowd_rounds and workers > 1:
+            raw["dram_crowding"] = step(caches.crowding, s.llc_elements,
+                                        max(s.llc_buffers) // 2, s.llc_crowd_rounds)
     if s.forget_idles:
         raw["forget"] = step(caches.forgetting, s.forget_elements, s.forget_idles,
                              s.forget_rounds)
