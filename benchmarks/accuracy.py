@@ -6,6 +6,8 @@ and run on the real engine, side by side.
 
 1. `realexec.calibrate(workers)` (cached; `--force` measures again): microbenchmarks only, none
    of the scenarios below, so no prediction is fitted to the measurement it is compared with;
+   each collection's profile is also kept in the calibration cache's `collections/` folder, so
+   that `repredict.py` can predict its scenarios again after a model change;
 2. for every scenario with devices 'cpu': record it and simulate it on that profile; run it on
    the real engine with the same workers: once to warm up (kernels compiled, the allocator's
    pages and cached buffers in place, as a benchmark's warm-up does; the model has no page-fault
@@ -57,12 +59,13 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import asyncsim
 from asyncsim.lab import scenarios
 from asyncsim.lab.compare import compare, table
 from realexec import run
-from realexec.calibration.calibrate import BackgroundLoad, calibrate
+from realexec.calibration.calibrate import BackgroundLoad, cache_dir, calibrate
 from realexec.calibration.steady import Gate, busy, central, product_probe, speed_probe
 from realexec.frontend import machine
 
@@ -151,6 +154,25 @@ def gc_paused():
             gc.enable()
 
 
+def kept_dir() -> Path:
+    """Where each collection's profile is kept, for `repredict.py`."""
+    return cache_dir() / "collections"
+
+
+def keep(profile) -> None:
+    """Keep a collection's profile, named by its calibration time (the calibration cache holds
+    only the latest per code version)."""
+    folder = kept_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = str(profile.meta.get("date", "undated")).replace(":", "")
+    profile.save(folder / f"profile-{profile.name}-w{profile.workers}-{stamp}.json")
+
+
+def kept_profiles() -> list[Path]:
+    """The kept profiles, oldest first."""
+    return sorted(kept_dir().glob("profile-*.json"))
+
+
 def predict(scenario, profile, params: dict):
     with contextlib.redirect_stdout(io.StringIO()):
         program = asyncsim.record(scenario.workload, **params)
@@ -191,6 +213,7 @@ def collect(args, force: bool) -> list:
                         f"calibrate; calibrate(workers={args.workers!r}, force=True, "
                         f"progress={sys.stderr.isatty()!r})"], check=True)
     profile = calibrate(workers=args.workers, progress=sys.stderr.isatty())
+    keep(profile)
     workers = profile.workers
     us = {k: f"{getattr(profile, k) * 1e6:.1f} us" for k in
           ("t1", "t3", "free", "reclaim", "take", "dispatch", "wake", "gil", "release", "recheck",
