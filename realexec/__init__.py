@@ -13,7 +13,8 @@ GPU, under the CUDA simulator (NUMBA_ENABLE_CUDASIM=1).
 # first: numba's cache must know what each compiled module imports before any is compiled
 from realexec import numba_cache  # noqa: F401
 from realexec.calibration.calibrate import calibrate
-from realexec.engine.core import Engine, OpError
+from realexec.engine.core import Engine
+from realexec.engine.deps import OpError
 from realexec.engine.native import NativeEngine
 from realexec.sessions import run, session
 
