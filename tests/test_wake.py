@@ -11,7 +11,7 @@ import pytest
 import simpy
 
 from asyncsim.model.gil import Gil
-from asyncsim.model.host import WakeQueue
+from asyncsim.model.wakes import WakeQueue
 from realexec.calibration.host import wake
 from realexec.engine.core import Engine
 

@@ -1,5 +1,5 @@
 """Which compiled worker runs an op that another op's completion makes ready
-(`asyncsim.model.host.WakeQueue`): the worker that completed it, which loops back to the queue at
+(`asyncsim.model.wakes.WakeQueue`): the worker that completed it, which loops back to the queue at
 once, while the engine still wakes a sleeping worker when none spins (it finds nothing). So a
 chain of ops queued behind a product runs on the product's worker, as the engine runs it, and
 `Profile.after_gemm` (per worker) applies to each of them."""

@@ -6,7 +6,8 @@ Processes (plain SimPy generators):
   benchmark regions. An op may start once its issue has ended and its dependencies are met
   (`asyncsim.model.deps.DepTracker`).
 - CPU workers "cpu/w0".."cpu/w{W-1}" share one ready queue (Store-like: `_Queue`, or the host
-  model's `WakeQueue`): a ready CPU op takes any free worker, in the order ops became ready.
+  model's `WakeQueue`, `asyncsim.model.wakes`): a ready CPU op takes any free worker, in the
+  order ops became ready.
 - each GPU i has two in-order lanes (CUDA streams): "gpu{i}/compute" and "gpu{i}/copy". Their
   queues take ops in issue order; the lane waits for the head op's dependencies, then runs it.
   `copyto` between devices runs on the GPU's copy lane (kind "copy", priced by `profile.links`).
