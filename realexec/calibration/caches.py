@@ -142,12 +142,12 @@ def fit_crowding(points: dict, dram: float) -> float:
     So with s the median over rounds of together / alone and c the cold part's share of the op
     alone, dram_crowd = (s - 1) / c, within [0, 1] (1: the bus shared evenly; more is a noisy
     moment). 8 MiB arrays here: s 1.6-1.8 at c 0.7, so 0.9-1."""
-    ratios = [b / a for a, b in zip(points["alone"], points["together"], strict=True)]
-    alone = statistics.median(points["alone"])
-    cold = min(1.0, points["elements"] * F32 / dram / alone) if dram > 0 else 0.0
-    if cold <= 0.0:
+    if dram <= 0:  # the caches off: no cold part to stretch
         return 0.0
-    return min(1.0, max(0.0, (statistics.median(ratios) - 1.0) / cold))
+    cold = min(1.0, points["elements"] * F32 / dram / statistics.median(points["alone"]))
+    stretch = statistics.median(b / a for a, b in zip(points["alone"], points["together"],
+                                                      strict=True))
+    return min(1.0, max(0.0, (stretch - 1.0) / cold))
 
 
 def forgetting(elements: int, idles: tuple[float, ...], rounds: int) -> dict:
