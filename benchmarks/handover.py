@@ -31,7 +31,7 @@ from numba import njit
 
 from realexec.cpu.loops import ADD
 from realexec.cpu.native_ops import SCALAR
-from realexec.engine import layout
+from realexec.engine import layout, ready
 from realexec.engine import table as t
 from realexec.engine.atomics import now_ns
 from realexec.engine.native import NativeEngine
@@ -61,8 +61,8 @@ def push_burst(s, first, k, pace, a, out, times):
 def drain(s, k):
     """Take and complete `k` queued ops on this thread (a table no worker serves)."""
     for _ in range(k):
-        slot = t.pop(s, 0)
-        t.complete(s, slot, 0)
+        slot = ready.pop(s, 0)
+        ready.complete(s, slot, 0)
 
 
 def per_push(kind: str, engine, state, pace: int, ops: int, x, y) -> float:

@@ -24,7 +24,7 @@ from realexec import OpError
 from realexec.cpu import kernels as cpu
 from realexec.cpu import worker
 from realexec.cpu.worker import BINARY, GEMM, PYTHON, SCALAR, address, work
-from realexec.engine import layout
+from realexec.engine import layout, ready
 from realexec.engine import table as t
 from realexec.engine.native import NativeEngine
 
@@ -44,13 +44,13 @@ def test_a_chain_runs_in_order_and_gives_its_edges_back():
     assert not push(s, 1, preds=[0])
     assert not push(s, 2, preds=[1])
     assert buf[layout.H_ECOUNT] == 2
-    assert t.pop(s, 0) == 0 and t.pop(s, 0) == -1  # 1 waits for 0
-    t.complete(s, 0, 0)
+    assert ready.pop(s, 0) == 0 and ready.pop(s, 0) == -1  # 1 waits for 0
+    ready.complete(s, 0, 0)
     assert buf[layout.H_LOW] == 1 and t.is_done(s, 0) and not t.is_done(s, 1)
-    assert t.pop(s, 0) == 1
-    t.complete(s, 1, 0)
-    assert t.pop(s, 0) == 2
-    t.complete(s, 2, 0)
+    assert ready.pop(s, 0) == 1
+    ready.complete(s, 1, 0)
+    assert ready.pop(s, 0) == 2
+    ready.complete(s, 2, 0)
     assert buf[layout.H_DONE] == 3 and buf[layout.H_LOW] == 3 and buf[layout.H_ECOUNT] == 0
 
 
@@ -80,14 +80,14 @@ def test_a_diamond_waits_for_both_sides_and_the_mark_waits_for_the_slowest():
     push(s, 1, preds=[0])
     push(s, 2, preds=[0])
     push(s, 3, preds=[1, 2, 1, 0, 2])  # repeats and a 4th pred: each counted, each released
-    t.complete(s, t.pop(s, 0), 0)
-    assert sorted([t.pop(s, 0), t.pop(s, 0)]) == [1, 2]
-    t.complete(s, 2, 0)
+    ready.complete(s, ready.pop(s, 0), 0)
+    assert sorted([ready.pop(s, 0), ready.pop(s, 0)]) == [1, 2]
+    ready.complete(s, 2, 0)
     assert buf[layout.H_LOW] == 1  # 1 still runs: the mark stops below it
-    assert t.pop(s, 0) == -1
-    t.complete(s, 1, 0)
-    assert buf[layout.H_LOW] == 3 and t.pop(s, 0) == 3
-    t.complete(s, 3, 0)
+    assert ready.pop(s, 0) == -1
+    ready.complete(s, 1, 0)
+    assert buf[layout.H_LOW] == 3 and ready.pop(s, 0) == 3
+    ready.complete(s, 3, 0)
     assert buf[layout.H_ECOUNT] == 0
 
 
@@ -95,10 +95,10 @@ def test_a_failure_marks_the_successors_and_a_finished_predecessor_is_skipped():
     buf, s = layout.new_state(16, 0)
     push(s, 0)
     push(s, 1, preds=[0])
-    t.complete(s, t.pop(s, 0), layout.FAILED_OWN)
-    assert t.pop(s, 0) == 1
+    ready.complete(s, ready.pop(s, 0), layout.FAILED_OWN)
+    assert ready.pop(s, 0) == 1
     assert buf[layout.at(1, layout.F_FAILED)] == layout.FAILED_INHERITED
-    t.complete(s, 1, layout.FAILED_INHERITED)
+    ready.complete(s, 1, layout.FAILED_INHERITED)
     assert push(s, 2, preds=[0, 1])  # both done: ready at once
 
 
@@ -106,8 +106,8 @@ def test_ops_go_to_their_own_lane():
     buf, s = layout.new_state(16, 0)
     push(s, 0, lane=0)
     push(s, 1, preds=[0], lane=3)
-    t.complete(s, t.pop(s, 0), 0)
-    assert t.pop(s, 0) == -1 and t.pop(s, 3) == 1
+    ready.complete(s, ready.pop(s, 0), 0)
+    assert ready.pop(s, 0) == -1 and ready.pop(s, 3) == 1
 
 
 def test_the_compiled_worker_runs_native_ops_and_hands_python_ones_back():
@@ -122,7 +122,7 @@ def test_the_compiled_worker_runs_native_ops_and_hands_python_ones_back():
     np.testing.assert_array_equal(y, x * 4)
     assert buf[layout.at(0, layout.F_WORKER)] == 5
     assert buf[layout.at(0, layout.F_END)] >= buf[layout.at(0, layout.F_START)]
-    t.complete(s, 2, 0)
+    ready.complete(s, 2, 0)
     buf[layout.H_STOP] = 1
     assert work(s, 0, 0) == -1
 

@@ -53,7 +53,7 @@ from realexec.cpu.native_ops import (
     run_graph,
     run_native,
 )
-from realexec.engine import layout, placement, sleep
+from realexec.engine import layout, placement, ready, sleep
 from realexec.engine import table as t
 from realexec.engine.atomics import fetch_add, load, now_ns
 
@@ -188,7 +188,7 @@ UNARY_STAMPED_TYPES = (types.int64[::1], *[types.int64] * 6, types.float64, *[ty
 def work(s, lane, worker):
     """Run the lane's ready native ops until one needs Python (its slot) or the engine stops
     (-1). `worker`: this thread's index, stamped on the ops it runs. The thread completes a
-    Python op with `table.finish_and_pop_python`, which keeps the GIL while Python ops follow."""
+    Python op with `ready.finish_and_pop_python`, which keeps the GIL while Python ops follow."""
     idle_since = now_ns()
     busy = False  # counted in H_BUSY (a blocker spins only while a core is left)
     # its core still counts as taken: back from Python ops, which keep it (see below)
@@ -203,7 +203,7 @@ def work(s, lane, worker):
             if spinning:
                 sleep.unspin(s, lane)
             return -1
-        slot = t.pop(s, lane)
+        slot = ready.pop(s, lane)
         if slot < 0:
             if busy:
                 fetch_add(s, layout.H_BUSY, -1)
@@ -229,7 +229,7 @@ def work(s, lane, worker):
             # (its core stays taken: a worker it wakes from Python must not queue behind it)
             return slot
         run_op(s, slot, worker)
-        t.complete(s, slot, 0)
+        ready.complete(s, slot, 0)
         idle_since = now_ns()
 
 
@@ -264,7 +264,7 @@ def warm_native() -> None:
             t.push(s, slot, slot, 0, kind, ADD, code, 4, a, a, a, 1.0, 0, slot - 1, -1, -1,
                    np.empty(0, np.int64), slot, 0, 0)
         slot = work(s, 0, 0)  # runs the two native ops, hands the Python one back
-        t.finish_and_pop_python(s, 0, slot, 0)
+        ready.finish_and_pop_python(s, 0, slot, 0)
         buf[layout.H_STOP] = 1
         work(s, 0, 0)
         sleep.wait(s, 1, 3, 0, 0)

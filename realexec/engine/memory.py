@@ -5,7 +5,8 @@ same *size class* when one is free, so a loop like `y = x + 1` on 2000x2000 reus
 instead of paying fresh pages (and their page faults) every iteration. `Pool.release(array)` puts
 the buffer back. Free buffers live in a process-wide `BufferCache` per device (capped at
 `max_bytes`, 1 GiB; beyond that the buffers of the size classes given back least recently go
-back to the OS), so they also outlive a run; each `Pool` does one run's accounting.
+back to the OS; `realexec.engine.buffers`), so they also outlive a run; each `Pool` does one
+run's accounting.
 
 Size classes (`asyncsim.model.caches.size_class`, which the model's cache uses too): at most 512
 bytes -> 512; up to 1 MiB -> the next power of two; above 1 MiB -> the next multiple of 2 MiB
@@ -28,9 +29,6 @@ trimmed at releases), for sessions too long to keep a sample per op.
 
 `RssProbe` reads the resident set size from /proc/self/statm through a descriptor kept open (a few
 microseconds a read); it gives None where /proc is missing.
-
-Fork: a child process gets fresh cache locks (`os.register_at_fork`): a lock that a thread of the
-parent held at the fork would never be released in the child.
 """
 
 from __future__ import annotations
@@ -38,7 +36,6 @@ from __future__ import annotations
 import math
 import os
 import sys
-import threading
 import weakref
 from array import array
 from time import perf_counter_ns
@@ -47,59 +44,16 @@ import numpy as np
 
 # the model reuses buffers, and makes room in a full pool, as this pool does
 from asyncsim.model.caches import make_room, size_class
+from realexec.engine.buffers import BufferCache, shared_cache
 
 _MIB = 1 << 20
 _WHOLE = slice(None)  # made once: a slice made inside a lock could start a collection
 _QUIET_CAP = 4096  # samples a Pool with samples=False keeps (and shows none of)
 
-
-
-
 # id(buffer) -> its address, for every buffer a Pool made, while the buffer exists (a finalizer
 # drops the entry before the id can be reused): the compiled engine's push needs each output's
 # address, and asking numpy (or a compiled call) cost 0.4-1 us an op
 ADDRESSES: dict[int, int] = {}
-
-
-class BufferCache:
-    """Free buffers by size class, shared by every Pool of one device in this process (as
-    PyTorch's caching allocator is), so a second run reuses the first run's pages. A buffer is
-    kept as the array last cut from it, so a request of the same shape and dtype takes that
-    array back as it is. Its `lock` also guards the accounting of the Pools that draw from it
-    (one lock per acquire/release)."""
-
-    def __init__(self, max_bytes: int = 1 << 30):
-        self.max_bytes = max_bytes
-        self.cached_bytes = 0
-        self.free: dict[int, list[np.ndarray]] = {}  # size class -> released arrays
-        self.releases = 0  # releases so far: a clock for `last_release`
-        self.last_release: dict[int, int] = {}  # size class -> the clock at its last release
-        # re-entrant: a tracer (a debugger, coverage) runs Python code at every line, even inside
-        # a section below, and a collection started there may release an array on this thread
-        self.lock = threading.RLock()
-
-    def clear(self) -> None:
-        with self.lock:
-            self.free.clear()
-            self.last_release.clear()
-            self.cached_bytes = 0
-
-
-_caches: dict[str, BufferCache] = {}
-
-
-def shared_cache(device: str) -> BufferCache:
-    """The process-wide BufferCache of `device`."""
-    return _caches.setdefault(device, BufferCache())
-
-
-def _fresh_locks_in_child() -> None:
-    for cache in _caches.values():
-        cache.lock = threading.RLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_fresh_locks_in_child)
 
 
 def physical_memory() -> int | None:

@@ -50,7 +50,8 @@ from realexec.engine.layout import (
     Q_TAIL,
 )
 from realexec.engine.placement import steer
-from realexec.engine.table import holds, lock, unlock
+from realexec.engine.ready import holds
+from realexec.engine.table import lock, unlock
 
 
 @njit(nogil=True, cache=True)
@@ -79,7 +80,7 @@ def idle(s, lane, since_ns, spinning):
             return True
         fetch_add(s, H_SPINNING, -1)
     lock(s)
-    if spinning:  # under the lock, before the look at the queue (see `_enqueue`)
+    if spinning:  # under the lock, before the look at the queue (see `table.enqueue`)
         fetch_add(s, base + Q_SPINNERS, -1)
     if s[base + Q_HEAD] != s[base + Q_TAIL] or s[H_STOP]:
         unlock(s)

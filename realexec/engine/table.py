@@ -1,6 +1,7 @@
 """The compiled engine's op table: the compiled functions over the shared state
-(`realexec.engine.layout`) that push ops, queue the ready ones, pop them for workers and complete
-them, none needing the GIL but the frontend's pushes. The frontend calls `push` through its
+(`realexec.engine.layout`) that push ops and queue the ready ones; the workers' side, which pops
+them and completes them, is `realexec.engine.ready`. None needs the GIL but the frontend's
+pushes. The frontend calls `push` through its
 compiled entry point (`entry`), not numba's dispatcher, which would work out every argument's
 type at every call.
 
@@ -8,10 +9,10 @@ type at every call.
   done when it is below the low-water mark `H_LOW` (every op before it is done too) or its slot
   still holds it in state DONE.
 - `push` links the op behind each unfinished predecessor (an edge on that predecessor's successor
-  list) and queues it when none is left; `complete` marks it done, bumps the counters, and
-  releases its successors (a failed op marks them FAILED_INHERITED: the worker hands them to
-  Python, which poisons their outputs where a var of theirs is poisoned and runs them where
-  none is: `realexec.engine.threads`).
+  list) and queues it when none is left (`enqueue`); `ready.complete` marks it done, bumps the
+  counters, and releases its successors (a failed op marks them FAILED_INHERITED: the worker
+  hands them to Python, which poisons their outputs where a var of theirs is poisoned and runs
+  them where none is: `realexec.engine.threads`).
 - One spin lock (`H_LOCK`) guards the records, edges and queues; every section under it is a few
   dozen instructions. Counters that threads read without the lock (done, low, queue ends, futex
   words) are read with acquire loads.
@@ -35,7 +36,6 @@ from numba import njit, types
 from realexec.engine.atomics import (
     cas,
     cpu,
-    futex_wake,
     load,
     now_ns,
     pause,
@@ -66,19 +66,14 @@ from realexec.engine.layout import (
     F_TOKEN,
     FAILED_INHERITED,
     H_CAP,
-    H_DONE,
     H_ECOUNT,
     H_EFREE,
     H_FRONT_CPU,
-    H_GEN,
     H_LOCK,
     H_LOW,
     H_NEDGES,
     H_NEXT,
     H_PLACES,
-    H_SLEEPERS,
-    H_WAIT_KIND,
-    H_WAIT_TARGET,
     LANE_FIELDS,
     LANES,
     OPS,
@@ -89,7 +84,6 @@ from realexec.engine.layout import (
     Q_SPINNERS,
     Q_TAIL,
     QUEUED,
-    RUNNING,
     STRIDE,
     at,
 )
@@ -122,20 +116,20 @@ def is_done(s, token):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _ring(s, lane, i):
+def ready_at(s, lane, i):
     """Where entry `i` of `lane`'s ready ring is."""
     cap = s[H_CAP]
     return OPS + STRIDE * cap + 2 * s[H_NEDGES] + lane * cap + (i & (cap - 1))
 
 
 @njit(nogil=True, cache=True)
-def _enqueue(s, lane, slot):
+def enqueue(s, lane, slot):
     """Queue a ready op (the lock held); if a worker of the lane sleeps, bump the lane's futex
     word and return True (the caller wakes it after letting the lock go)."""
     s[at(slot, F_STATE)] = QUEUED
     base = LANES + LANE_FIELDS * lane
     tail = s[base + Q_TAIL]
-    s[_ring(s, lane, tail)] = slot
+    s[ready_at(s, lane, tail)] = slot
     store(s, base + Q_TAIL, tail + 1)
     if s[base + Q_SLEEPERS] == 0:  # sleepers register under the lock: none can be missed
         return False
@@ -265,7 +259,7 @@ def _release(s, slot, lane):
     s[at(slot, F_PENDING)] = left
     wake = False
     if left == 0:
-        wake = _enqueue(s, lane, slot)
+        wake = enqueue(s, lane, slot)
     unlock(s)
     if wake:
         wake_worker(s, lane)
@@ -295,104 +289,3 @@ def entry(dispatcher, argtypes: tuple):
         return dispatcher
     dispatcher.compile(argtypes)  # from numba's cache when it holds it
     return dispatcher.overloads[argtypes].entry_point
-
-
-@njit(nogil=True, cache=True)
-def _pop(s, lane, python_only):
-    """The slot of `lane`'s next ready op (now RUNNING), or -1; with `python_only`, only if
-    Python must run it (kind 0, a Python kernel, or a failed predecessor)."""
-    base = LANES + LANE_FIELDS * lane
-    if load(s, base + Q_HEAD) == load(s, base + Q_TAIL):
-        return -1
-    lock(s)
-    head = s[base + Q_HEAD]
-    slot = -1
-    if head != s[base + Q_TAIL]:
-        slot = s[_ring(s, lane, head)]
-        if python_only and s[at(slot, F_KIND)] != 0 and s[at(slot, F_FAILED)] == 0:
-            slot = -1
-        else:
-            store(s, base + Q_HEAD, head + 1)
-            s[at(slot, F_STATE)] = RUNNING
-    unlock(s)
-    return slot
-
-
-@njit(nogil=True, cache=True)
-def pop(s, lane):
-    """The slot of a ready op of `lane` (now RUNNING), or -1."""
-    return _pop(s, lane, False)
-
-
-@njit(nogil=True, cache=True)
-def holds(s, kind, target):
-    """Whether a blocker's condition holds: kind 0, token `target` is done; kind 1, `target`
-    ops are done; kind 2, every op below token `target` is done."""
-    if kind == 0:
-        return is_done(s, target)
-    if kind == 1:
-        return load(s, H_DONE) >= target
-    return load(s, H_LOW) >= target
-
-
-@njit(nogil=True, cache=True)
-def complete(s, slot, failed):
-    """Op `slot` finished (`failed`: it or a predecessor failed); release its successors."""
-    cap = s[H_CAP]
-    edges = OPS + STRIDE * cap
-    nedges = s[H_NEDGES]
-    woken = 0  # a bit per lane whose sleeping worker must be woken
-    lock(s)
-    if failed:
-        s[at(slot, F_FAILED)] = failed
-    store(s, at(slot, F_STATE), DONE)
-    e = s[at(slot, F_SUCC)]
-    s[at(slot, F_SUCC)] = -1
-    while e >= 0:
-        nxt = s[edges + e]
-        other = s[edges + nedges + e]
-        s[edges + e] = s[H_EFREE]
-        s[H_EFREE] = e
-        s[H_ECOUNT] -= 1
-        if failed:
-            s[at(other, F_FAILED)] = FAILED_INHERITED
-        left = s[at(other, F_PENDING)] - 1
-        s[at(other, F_PENDING)] = left
-        if left == 0:
-            lane = s[at(other, F_LANE)]
-            if _enqueue(s, lane, other):
-                woken |= 1 << lane
-        e = nxt
-    low, nxt_token = s[H_LOW], s[H_NEXT]
-    while low < nxt_token:
-        where = low & (cap - 1)
-        if s[at(where, F_TOKEN)] == low and s[at(where, F_STATE)] != DONE:
-            break
-        low += 1
-    store(s, H_LOW, low)
-    store(s, H_DONE, s[H_DONE] + 1)
-    wake = False
-    if s[H_SLEEPERS] > 0:  # blockers register under the lock; wake them once a wait is over
-        kind = s[H_WAIT_KIND]  # -1: several blockers sleep, wake them all each time
-        if kind < 0 or holds(s, kind, s[H_WAIT_TARGET]):
-            store(s, H_GEN, s[H_GEN] + 1)
-            wake = True
-    unlock(s)
-    if wake:
-        futex_wake(s, H_GEN, 1 << 30)
-    lane = 0
-    while woken:
-        if woken & 1:
-            wake_worker(s, lane)
-        woken >>= 1
-        lane += 1
-
-
-@njit(cache=True)  # keeps the GIL: a worker thread calls it between Python ops
-def finish_and_pop_python(s, lane, slot, failed):
-    """Complete op `slot` (run in Python), then pop the lane's next ready op if Python must
-    run it too (a Python kernel, or a failed predecessor): its slot, or -1. A thread running
-    a run of Python ops so keeps the GIL across them, as a Python worker does, instead of
-    letting it go (and waiting to take it back) at each."""
-    complete(s, slot, failed)
-    return _pop(s, lane, True)

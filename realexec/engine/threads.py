@@ -3,7 +3,7 @@
 Each worker thread enters the compiled loop `realexec.cpu.worker.work` for its life and leaves it
 only for an op the loop cannot run: a Python kernel (convolutions, reductions, a GPU lane's
 launch) or an op whose predecessor failed. The thread runs such ops with the GIL, one after the
-other while the next ready op is one too (`table.finish_and_pop_python`), and goes back in. A
+other while the next ready op is one too (`ready.finish_and_pop_python`), and goes back in. A
 kernel's exception becomes a `Failure` on the op's outputs (they are *poisoned*), and the ops
 that read or write a poisoned var do not run, poisoning their own outputs in turn, as MXNet
 propagates `var_exception`; the blockers raise it (`realexec.engine.native`). The table hands
@@ -24,8 +24,7 @@ import threading
 from time import perf_counter_ns
 
 from realexec.cpu.worker import PYTHON, run_op, seed_thread, work
-from realexec.engine import layout, placement
-from realexec.engine import table as t
+from realexec.engine import layout, placement, ready
 from realexec.engine.deps import Failure
 from realexec.engine.lanes import Lane
 
@@ -66,7 +65,7 @@ class WorkerThreads:
                         how = 0
                     else:
                         how = layout.FAILED_OWN if self._run_python(slot, label, lane.log) else 0
-                slot = t.finish_and_pop_python(state, lane_index, slot, how)
+                slot = ready.finish_and_pop_python(state, lane_index, slot, how)
                 if self._stopped is not None:
                     return
             if core >= 0:
