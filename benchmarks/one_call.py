@@ -13,7 +13,7 @@ dict, the table's slot, all per op.
 So `OneCall` makes the reader's work for an op (`ring_reader.read`) the body of the push. The
 frontend calls `op(world, op id, code, input var, output var, bytes, scalar, name, dropped)`
 once, and compiled code finds the input's slot, gives the output a buffer from the size
-classes, asks the compiled analysis (`ring_deps`) for the predecessor and runs the op itself,
+classes, asks the compiled analysis (`slotdeps`) for the predecessor and runs the op itself,
 in push order, or pushes it into a compiled engine's table behind that predecessor
 (`realexec.engine.table.push_unary`) for the engine's workers. A drop rides on the next push's
 call (the frontend holds it until then), or is a call of its own before a creation, a wait or
@@ -33,7 +33,6 @@ numbers in push order), bytes, nanoseconds.
 from __future__ import annotations
 
 import numpy as np
-import ring_deps as deps
 from numba import carray, njit, types
 from overhead import NullBackend
 from ring_reader import (
@@ -52,6 +51,7 @@ from ring_reader import (
 from realexec.cpu.loops import ADD
 from realexec.cpu.native_ops import SCALAR
 from realexec.engine import layout, table
+from realexec.engine import slotdeps as deps
 from realexec.engine.atomics import load, now_ns, pointer, sched_yield
 
 # the world's header (int64 words): counters, then where each part starts (in words)

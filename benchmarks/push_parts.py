@@ -36,7 +36,7 @@ numpy's op in that round. What each variant replaces:
   so a reader that sees the tail sees the record);
 - "ring, compiled reader" (async only): the same records taken as they come by a compiled
   thread on the other core (`ring_reader.RingReader`), which looks each op's input up by var
-  number, asks the compiled dependency analysis (`ring_deps`) for its predecessor, gives its
+  number, asks the compiled dependency analysis (`slotdeps`) for its predecessor, gives its
   output a buffer from free lists over one arena, runs the kernel and takes a deletion's buffer
   back: the floor with the ring's lines moving between the two cores in it, and the loop's
   final waitall (the reader keeping up);
@@ -50,7 +50,10 @@ numpy's op in that round. What each variant replaces:
   the compiled analysis; the op run in the call, or pushed into the engine's table for its
   worker), and each drop is one call too: a call through a compiled entry point with integer
   arguments costs about what the ring's stores cost, so this is the same floor with the
-  reader's core handed back to the engine.
+  reader's core handed back to the engine;
+- "light results" (async only): not a stand-in but the engine with small results kept in its
+  compiled state (`realexec.session(engine="native-light")`, `realexec.engine.light`): the
+  shipped frontend with one compiled call a push, the drop riding on it.
 
 "numpy" is numpy's own `b = a + 1` on the same array, and "nd alone" the frontend over a backend
 that does nothing (`overhead.NullBackend`; "fast path": one that takes the fast path's calls,
@@ -194,7 +197,9 @@ VARIANTS = {"as shipped": "as shipped", "one drop at a time": "drops handed over
             "pool accounting": "without pool accounting",
             "dependency analysis": "without dependency analysis",
             "both": "without both", "both + small var": "without both, a small var",
-            "lean": "lean: one compiled call, no records"}
+            "lean": "lean: one compiled call, no records",
+            "light results": "light results (engine='native-light')"}
+ASYNC_ONLY = ("light results",)  # (a light engine in sync mode is the shipped one)
 
 
 def per_op(variant: str, n: int, mode: str = "async") -> float:
@@ -202,7 +207,8 @@ def per_op(variant: str, n: int, mode: str = "async") -> float:
     lists = FreeLists()
     drops.Var = SmallVar if variant == "both + small var" else Var
     try:
-        with realexec.session(workers=1, mode=mode) as nd:
+        engine = "native-light" if variant == "light results" else "native"
+        with realexec.session(workers=1, mode=mode, engine=engine) as nd:
             backend = nd._backend
             if variant == "one drop at a time":
                 backend._drops = None  # each drop deleted alone, as before runs of them
@@ -271,7 +277,7 @@ def main() -> None:
     names = ("numpy", "nd alone", "nd alone, fast path", "ring, no call",
              "ring, compiled reader", "ring, reader into the engine", "one call",
              "one call, into the engine", *VARIANTS,
-             *[f"{v} (sync)" for v in VARIANTS])
+             *[f"{v} (sync)" for v in VARIANTS if v not in ASYNC_ONLY])
     times: dict[str, list[float]] = {name: [] for name in names}
     a = np.ones((1, 2), np.float32)
     for _ in range(args.rounds):
@@ -286,7 +292,8 @@ def main() -> None:
             times[label].append(per_op_s)
         for variant in VARIANTS:
             times[variant].append(per_op(variant, args.ops))
-            times[f"{variant} (sync)"].append(per_op(variant, args.ops, "sync"))
+            if variant not in ASYNC_ONLY:
+                times[f"{variant} (sync)"].append(per_op(variant, args.ops, "sync"))
     print(f"y = x + 1 on a (1, 2) array, us per op over {args.rounds} rounds of {args.ops} ops")
     print(f"{'':50s} {'median':>7s} {'lowest':>7s} {'x numpy':>8s}")
     for name, values in times.items():

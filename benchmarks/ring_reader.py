@@ -3,7 +3,7 @@ measured with the records taken on the other core as they come.
 
 `push_parts.py`'s "ring, no call" writes each op's record into an int64 ring that nothing reads.
 An engine built that way would have a compiled thread take the records: find each op's
-predecessors (the dependency analysis by var slot, `ring_deps`), give its output a buffer (a
+predecessors (the dependency analysis by var slot, `slotdeps`), give its output a buffer (a
 free list per size class over one arena), have the op run, and take a deletion's buffer back
 once the ops on it are done. Its reads pull the ring's lines from the frontend's core, and the
 frontend's next stores pull them back: `RingReader` is that thread, so that "ring, compiled
@@ -32,16 +32,17 @@ import threading
 import time
 
 import numpy as np
-import ring_deps as deps
 from numba import njit
 from overhead import NullBackend
 
 from realexec.cpu.loops import ADD
 from realexec.cpu.native_ops import SCALAR
 from realexec.engine import layout, table
+from realexec.engine import slotdeps as deps
+from realexec.engine.arena import EMPTY, GONE  # a var table's free slot, one whose var went
+from realexec.engine.arena import find as _find  # a var's slot in it (open addressing)
 from realexec.engine.atomics import load, now_ns, pause, sched_yield, store
 
-EMPTY, GONE = -1, -2  # a var table's free slot, and one whose var was deleted
 TABLE_FULL, ARENA_FULL, NODES_FULL = -1, -2, -3  # why the reader stopped: the stop word
 DELETE_KIND, CREATE_KIND = -1, -2  # a record's first word, where an op's has its op id
 OP, CREATE, DELETE = 6, 4, 2  # words per record
@@ -51,21 +52,6 @@ SPIN = 256  # empty looks at the ring, a `pause` apart (some microseconds), befo
 # the frontend's wait for room or for the reader: a sleep, so that the cores go to the workers
 # (a blocker of the real engine sleeps on a futex the last op wakes; this one looks again)
 WAIT_S = 20e-6
-
-
-@njit(nogil=True, cache=True)
-def _find(keys, var):
-    """The slot of `var` in the table (open addressing), or -1."""
-    mask = len(keys) - 1
-    i = var & mask
-    for _ in range(len(keys)):
-        k = keys[i]
-        if k == var:
-            return i
-        if k == EMPTY:
-            return -1
-        i = (i + 1) & mask
-    return -1
 
 
 @njit(nogil=True, cache=True)

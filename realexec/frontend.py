@@ -47,6 +47,7 @@ import numpy as np
 from asyncsim.nd.trace import Span, Trace, device_lanes
 from realexec.cpu import kernels as cpu
 from realexec.cpu.drops import DroppedResults
+from realexec.cpu.light import LightResults, LightVar
 from realexec.engine.core import Engine
 from realexec.engine.lanes import FRONTEND, default_workers
 from realexec.engine.memory import Pool, RssProbe
@@ -56,14 +57,15 @@ from realexec.gpu.backend import GpuBackend
 from realexec.gpu.device import check_gpu
 from realexec.gpu.vars import StreamVar, host_wait
 from realexec.issuing import Issuing
-from realexec.unary import unary_push
+from realexec.unary import light_push, unary_push
 
 _RSS_EVERY_NS = 10_000_000
 ENGINES = {"native": NativeEngine, "native-pinned": functools.partial(NativeEngine, pin=True),
+           "native-light": functools.partial(NativeEngine, light=True),
            "python": Engine}
 
 
-class EngineBackend(Issuing, GpuBackend, DroppedResults):
+class EngineBackend(Issuing, GpuBackend, DroppedResults, LightResults):
     """What `ND` calls: turns op records into engine pushes and blockers into engine waits."""
 
     def __init__(self, engine: Engine, device: str = "cpu", trace: bool | int = True):
@@ -76,7 +78,10 @@ class EngineBackend(Issuing, GpuBackend, DroppedResults):
         self.vars: dict = {}  # frontend var id -> engine Var (its name is its device)
         self._native = isinstance(engine, NativeEngine)  # elementwise ops run compiled
         self._init_drops(self.pools["cpu"], runs=self._native)
-        self._same = unary_push(self) if self._native else None  # `y = x + 1`'s push
+        self._init_light(engine, trace)  # (a light engine's var table adopts light results)
+        # `y = x + 1`'s push
+        self._same = (light_push(self) if self._world is not None
+                      else unary_push(self) if self._native else None)
         self._on_device: dict[int, str] = {}  # op id -> cpu(i), i > 0, that it ran for
         self._init_gpu()
         self.marks = trace_log(trace)  # (label, start_ns, end_ns)
@@ -99,6 +104,8 @@ class EngineBackend(Issuing, GpuBackend, DroppedResults):
         start = perf_counter_ns()
         if self._drops or self._kept:
             self._give_back_drops()
+        if self._world is not None:
+            self._flush_light()
         try:
             if var is None:
                 self.engine.wait_all()
@@ -118,6 +125,8 @@ class EngineBackend(Issuing, GpuBackend, DroppedResults):
             # a print is formatted inside the wait span, as the model draws it
             return str(data) if kind == "print" else data
         finally:
+            if self._world is not None:  # what the wait let finish
+                self._flush_light()
             end = perf_counter_ns()
             self.engine.log.append((FRONTEND, "wait", kind, -1, start, end))
             self._sample_rss(end)
@@ -129,6 +138,8 @@ class EngineBackend(Issuing, GpuBackend, DroppedResults):
         `realexec.cpu.drops`, keeps small cpu(0) results in runs first)."""
         if type(ev) is StreamVar:
             self._free_stream_var(ev)
+        elif type(ev) is LightVar:  # an adopted light result's buffer goes back to the arena
+            self.engine.delete_var(ev, self._release_light, (ev.off, ev.data.nbytes))
         elif ev.name == "cpu":
             self.engine.delete_var(ev, self._release_cpu, (ev.data,))
         else:  # cpu(i)'s buffer goes back to its own pool
@@ -139,12 +150,16 @@ class EngineBackend(Issuing, GpuBackend, DroppedResults):
         if self._drops or self._kept:
             self._give_back_drops()
         self.engine.wait_all()
+        if self._world is not None:
+            self._flush_light()
         if self.gpus:
             self._settle()
 
     def mark(self, label: str, begin: bool) -> None:
         if self._drops or self._kept:  # the region's memory as its own drops left it
             self._give_back_drops()
+        if self._world is not None:
+            self._flush_light()
         if begin:
             self._sample_rss(perf_counter_ns(), force=True)  # before the region's clock starts
             self._open_marks.append((label, perf_counter_ns()))
@@ -168,13 +183,15 @@ class EngineBackend(Issuing, GpuBackend, DroppedResults):
         """Everything recorded so far as a Trace (times in seconds from the engine's start)."""
         if self._drops or self._kept:
             self._give_back_drops()
+        if self._world is not None:
+            self._flush_light()
         t0 = self.engine.origin_ns
 
         def secs(ns: int) -> float:
             return max(0.0, (ns - t0) * 1e-9)
 
         samples = [s for pool in self.pools.values() for s in list(pool.samples)]
-        samples += self._rss_samples
+        samples = self._with_light(samples) + list(self._rss_samples)
         samples.sort(key=lambda s: s[0])
         spans = self.engine.spans()
         spans = device_lanes(spans, self._on_device)
@@ -200,6 +217,8 @@ class EngineBackend(Issuing, GpuBackend, DroppedResults):
                 self._give_back_drops()
             self._drops = None  # a result dropped after the run goes back at once
             self.engine.close(cancel)
+            if self._world is not None:  # every op done: every light buffer that went is back
+                self._flush_light()
         finally:
             if self.gpus:
                 if cancel or self.engine.stopped:

@@ -158,6 +158,7 @@ class Issuing:
         # `_issue_same` looks the commonest op up here, not through `native_op`
         self._unary = {name: code for name, code in UNARY.items()
                        if table.get(name) is _KERNELS.get(name)}
+        self._light_codes = {}  # the light push's own look-up of them (`realexec.cpu.light`)
 
     @property
     def issue_same(self):

@@ -136,8 +136,11 @@ def session(workers: int | None = None, mode: str = "async", max_inflight: int |
     session ends (`blas_threads`). `engine`: "native" (`realexec.engine.native`: compiled
     workers run elementwise ops without the GIL), "native-pinned" (the same, each CPU worker
     pinned to a core while it runs compiled ops: two workers drain two chains of 10 us
-    elementwise ops twice as fast as one, where the OS's placement gave 1.0-1.4x) or "python"
-    (`realexec.engine.core`: Python worker threads, the contrast the chapters draw).
+    elementwise ops twice as fast as one, where the OS's placement gave 1.0-1.4x),
+    "native-light" (the same, with the small results of elementwise ops kept in the engine's
+    compiled state, a push one compiled call: `realexec.cpu.light`; async mode; the model does
+    not price it yet) or "python" (`realexec.engine.core`: Python worker threads, the contrast
+    the chapters draw).
     The objects that exist when the session starts are moved out of the cyclic GC's way until it
     ends (`frozen_gc`). `trace`: True records everything, False no spans, samples or marks, N
     the last ~N of each.

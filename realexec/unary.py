@@ -10,7 +10,8 @@ and the objects that live as long as the engine bound once. Everything else goes
 var anywhere, a closed engine. The records, spans, memory and errors are the same as by that path
 (tests/test_engine_fast_path.py holds the two to each other); only the Python between them is
 gone: 0.1-0.4 us of a 2-3.8 us op, the old and new paths side by side in one process (2-core
-AMD EPYC VM; notes/ACCURACY.md, "The commonest push in one frame").
+AMD EPYC VM; notes/ACCURACY.md, "The commonest push in one frame"). `light_push` is the same push
+on an engine with light results (`realexec.cpu.light`): one compiled call, and no Python var.
 
 Bound once, read each call: the kernel table (`kernels` may be replaced), the engine's analysis
 (closing the engine swaps it), the counters, and every flag that sends an op to the general
@@ -23,9 +24,11 @@ from __future__ import annotations
 
 from time import perf_counter_ns
 
+from realexec.cpu.light import new_cell_for
 from realexec.cpu.worker import SCALAR
 from realexec.engine import layout
 from realexec.engine import table as t
+from realexec.engine.light import LIGHT_BYTES
 from realexec.engine.shutdown import EngineStopped
 from realexec.issuing import _CODES, _address_of, no_room
 
@@ -89,5 +92,59 @@ def unary_push(backend):
             # record, which the worker that takes it reads to poison its output
             ops[slot] = (name, op_id, (x,), (out,), None, ())
             t.release_held(state, slot, 0)
+
+    return issue_same
+
+
+def light_push(backend):
+    """`backend.issue_same` for an engine with light results: the push of `unary_push`'s
+    common case with a result of at most `LIGHT_BYTES` and at most two dimensions is one
+    compiled call (`realexec.engine.light.push`) with the input's var id, the output's var id
+    and the drop held back for it. An input the state does not hold is a Python var: lent to it
+    (`realexec.cpu.light.LightResults._lend`) when its last write is done, so the next pushes
+    that read it find it there; or, while that write runs, passed by address with that write as
+    the predecessor and the op's record kept, for a failure to find. Every other push is
+    `unary_push`'s, and so is one the call could not make (nothing of it done)."""
+    engine = backend.engine
+    heavy, world = unary_push(backend), backend._world
+    ops, mask = engine._ops, engine.cap - 1
+    push, addr, drops, cells = world.push, world.addr, backend._light_drops, backend._cells
+    buf = engine._buf
+
+    def issue_same(op_id, name, reads, var, shape, dtype, device, attrs, nbytes) -> None:
+        op = backend._light_codes.get(name)  # its op code and name's number, packed
+        if op is None:
+            op = backend._light_code(name)
+        try:
+            d0, d1 = shape
+        except ValueError:  # not a matrix: a vector, a scalar, or (0, 0) for more dimensions
+            d0, d1 = (shape[0], -1) if len(shape) == 1 else (-1, -1) if not shape else (0, 0)
+        if (op < 0 or not 0 < nbytes <= LIGHT_BYTES or device != "cpu" or d1 == 0
+                or backend.gpus or engine._closed or engine._tainted):
+            heavy(op_id, name, reads, var, shape, dtype, device, attrs, nbytes)
+            return
+        t_issue = perf_counter_ns()
+        token = engine._next
+        if token >= engine._next_harvest:
+            engine._harvest(token)  # spans read out, or a wait for the slot's last op
+        if engine._frees and buf[_DONE] != engine._frees_seen:
+            engine._run_frees()
+        rid = reads[0]
+        if cells:  # a light input that a failure could reach: the op's record and a cell
+            source = cells.get(rid)
+            if source is not None:
+                ops[token & mask] = (name, op_id, (source,), (new_cell_for(cells, var),), None,
+                                     ())
+        dcode, scalar = _CODES[dtype], attrs.get("scalar", 0.0)
+        dropped = drops.pop() if drops else -1
+        answer = push(addr, token, op, dcode, rid, var, d0, d1, scalar, op_id, t_issue,
+                      dropped)
+        if answer:  # not the common case: see `LightResults._answered`
+            answer = backend._answered(answer, op_id, name, reads, var, shape, dtype, device,
+                                       attrs, nbytes, token, op, dcode, d0, d1, scalar, t_issue,
+                                       dropped, heavy)
+            if answer < 0:
+                return
+        engine._next = token + 1
 
     return issue_same

@@ -59,7 +59,11 @@ class DroppedResults:
         there, so that a drop costs one call (each array's `__del__` makes one)."""
         ev = self.vars.pop(var, None)
         if ev is None:
+            if self._world is not None:  # a light result (`realexec.cpu.light`), or none
+                self._drop_light(var)
             return
+        if self._lent and ev in self._lent:  # its light reads back before its deletion
+            self._unlend(ev)
         drops = self._drops
         if (drops is not None and type(ev) is Var and ev.name == "cpu"
                 and ev.data.nbytes <= DROP_BYTES):

@@ -5,7 +5,9 @@
   worker threads live in a compiled loop (`realexec.cpu.worker`) that runs elementwise kernels,
   bias adds, products and hybridized graphs of them (`realexec.cpu.native_ops`) and completes
   ops without the GIL, and hands every other op back to Python; a worker that the OS left on
-  a busy worker's core moves itself to a free one (`placement`);
+  a busy worker's core moves itself to a free one (`placement`); with `light=True`, small
+  results of elementwise ops live in compiled state alone (`light`, ordered by the compiled
+  analysis by var slot, `slotdeps`), so that such a push is one compiled call;
 - `core` (`engine="python"`): Python worker threads, per-variable read/write queues (`deps`) and
   a GIL-free wait for blockers (`spin`).
 

@@ -85,10 +85,14 @@ class NativeEngine(Pushes, WorkerThreads, DeferredFrees, TableSpans, shutdown.En
 
     def __init__(self, workers: int | None = None, mode: str = "async",
                  max_inflight: int | None = None, spin_s: float = 2e-3,
-                 trace: bool | int = True, capacity: int = CAPACITY, pin: bool = False):
+                 trace: bool | int = True, capacity: int = CAPACITY, pin: bool = False,
+                 light: bool = False):
         self.workers = settings(workers, mode, max_inflight)
         self.mode, self.max_inflight = mode, max_inflight
         self._sync = mode == "sync"
+        # small results of the fast push kept in compiled state (the backend's: realexec.cpu.light;
+        # async and unthrottled only: its push makes no `max_inflight` wait)
+        self.light = light and not self._sync and max_inflight is None
         self._spin_ns = int(spin_s * 1e9)
         if capacity < 2 or capacity & (capacity - 1):
             raise ValueError(f"capacity must be a power of two, at least 2, got {capacity}")
@@ -119,6 +123,9 @@ class NativeEngine(Pushes, WorkerThreads, DeferredFrees, TableSpans, shutdown.En
         self._failures: list[Failure] = []
         self._observed: set[int] = set()
         self._tainted = False  # a var is poisoned: pushes look for inherited failures
+        # vars lent to light pushes, and how one comes back (set by the backend: realexec.cpu.light)
+        self._lent: dict = {}
+        self._unlend = None
         self._closed = False
         self._stopped: str | None = None
         self._interrupted = False

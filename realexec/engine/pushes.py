@@ -74,6 +74,10 @@ class Pushes:
             self._run_sync(kind, slot, failed, name, op_id, t_issue)
             return
         self._ops[slot] = (name, op_id, reads, writes, fn, args)
+        if self._lent:  # a var lent to light pushes gets their reads back before a write
+            for v in writes:
+                if v in self._lent:
+                    self._unlend(v)
         preds = self._deps.add(token, reads, writes)
         np_ = len(preds)
         p0 = preds[0] if np_ > 0 else -1

@@ -1,20 +1,14 @@
-"""benchmarks/ring_deps.py: the compiled dependency analysis by var slot gives `Deps`'s answer
+"""`realexec.engine.slotdeps`: the compiled dependency analysis by var slot gives `Deps`'s answer
 for every program, and with finished ops weeded out below a low mark it drops only those."""
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-import ring_deps as rd  # noqa: E402
-
-from asyncsim.nd.deps import Deps  # noqa: E402
+from asyncsim.nd.deps import Deps
+from realexec.engine import slotdeps as rd
 
 VARS = 5
 ops = st.lists(st.one_of(

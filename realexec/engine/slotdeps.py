@@ -1,6 +1,7 @@
-"""The dependency analysis of `asyncsim.nd.deps.Deps` in compiled code, by var slot: what a core
-behind the ring runs for each record it takes (`ring_reader.read` calls it), and the piece of
-that core the Python frontend's analysis cannot be: it runs without the GIL.
+"""The dependency analysis of `asyncsim.nd.deps.Deps` in compiled code, by var slot: what a
+compiled call asks for each op it pushes without Python objects (the engine's light results,
+`realexec.engine.light`; the benchmarks' ring reader and one call), and what Python's analysis
+cannot be: it runs without the GIL.
 
 The rules are `Deps`'s (read-after-write, write-after-read, write-after-write; a read of a var
 the op also writes counts as the write; a var read twice by one op is one read), and so is the
@@ -48,7 +49,7 @@ def fresh(rows, v):
 
 
 @njit(nogil=True, cache=True)
-def _read(rows, nodes, pool, v, token, low):
+def note_read(rows, nodes, pool, v, token, low):
     """Append `token` to `v`'s reads (once per op); False when no node is left."""
     tail = rows[v, TAIL]
     if tail >= 0 and nodes[tail, TOKEN] == token:
@@ -118,7 +119,7 @@ def add(rows, nodes, pool, token, reads, writes, low, preds):
         if rows[v, WRITER] >= 0:
             preds[n] = rows[v, WRITER]
             n += 1
-        if not _read(rows, nodes, pool, v, token, low):
+        if not note_read(rows, nodes, pool, v, token, low):
             return OUT_OF_NODES
     for v in writes:
         if rows[v, HEAD] >= 0 or rows[v, WRITER] != token:  # a var written twice by one op
@@ -132,7 +133,7 @@ def add_fresh(rows, nodes, pool, token, read, write, low):
     """`add(token, (read,), (write,))` where `write` is a fresh var (`fresh` called on its
     slot): the one predecessor, -1 for none, or OUT_OF_NODES - 1."""
     pred = rows[read, WRITER]
-    if not _read(rows, nodes, pool, read, token, low):
+    if not note_read(rows, nodes, pool, read, token, low):
         return OUT_OF_NODES - 1
     rows[write, WRITER] = token
     return pred

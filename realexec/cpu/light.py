@@ -1,0 +1,242 @@
+"""The backend's side of light results (`realexec.engine.light`): small outputs of the fast push
+that live in the engine's compiled state alone until Python needs one.
+
+On an engine made with `light=True` (`realexec.session(engine="native-light")`, async mode),
+the push of `y = f(x)` on cpu(0) with a result of at most `LIGHT_BYTES` makes no engine var, no
+pool array and no entry in the Python analysis (`realexec.unary.light_push`). A light result
+becomes a Python var (`LightVar`, over its buffer in the arena) the first time Python asks the
+backend's var table for it (`Vars.__missing__`): a blocker, an op of another kind, a GPU copy.
+Its last write and its reads move to the Python analysis then, and its buffer goes back to the
+arena, not the pool, once every op on it is done (`_delete`).
+
+Drops: a dropped light result waits in `_light_drops` for the next push, whose call deletes it
+first; a second drop before that push, and every blocker, mark, trace and close, deletes it in a
+call of its own (`_flush_light`). Appends and pops of that list are single steps, so a drop on
+another thread (a collection) is neither lost nor made twice.
+
+Failures: a light op can fail only by inheriting its input's failure. Its output gets a cell
+(a `LightVar` with no buffer yet) and the op a record for the engine's worker to poison by,
+when its input can carry one: a Python var whose last write is still in flight, or a light
+result that has a cell itself. The cell becomes the var if Python adopts the result, so a
+failure that lands after the adoption is the var's. Memory: the arena's live bytes, logged by
+the compiled calls, are added to the CPU pool's samples in the Trace (`_with_light`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from realexec.engine import layout
+from realexec.engine import table as t
+from realexec.engine.deps import Var
+from realexec.engine.light import HELD, LATE_FULL, NO_VAR, OP_BITS, READ_LOG, Light
+from realexec.issuing import _address_of
+
+_DTYPES = (np.dtype("float32"), np.dtype("float64"))  # by code (`realexec.cpu.native_ops`)
+
+
+class LightVar(Var):
+    """A Python var over a light result's buffer in the arena (at `off`)."""
+
+    __slots__ = ("off",)
+
+
+def new_cell() -> LightVar:
+    """A light result's var-to-be: no buffer, no failure (a failed predecessor may set one)."""
+    cell = LightVar.__new__(LightVar)
+    cell.failure = None
+    return cell
+
+
+class Vars(dict):
+    """The backend's var table: frontend var id -> engine var, adopting a light result when
+    asked for one it does not hold (`d[var]`; `get` and `pop` do not adopt)."""
+
+    __slots__ = ("adopt",)
+
+    def __missing__(self, var):
+        return self.adopt(var)
+
+
+class LightResults:
+    """Mixed into `realexec.frontend.EngineBackend`. Needs its `engine` (the Python analysis
+    `_deps`, `wait_all`), `vars` and `pools`."""
+
+    def _init_light(self, engine, trace) -> None:
+        self._world = None
+        self._light_drops: list = []  # dropped light results, for the next call
+        self._cells: dict = {}  # light result -> its cell (see the module)
+        self._lent: dict = {}  # Python var -> its frontend id, while lent (`_lend`)
+        self._light_log: list = []  # blocks of (t_ns, live bytes of the arena), as arrays
+        self._light_trace = trace
+        if getattr(engine, "light", False):
+            self._world = Light(engine.state, logs=0 if trace is False else 1 << 12)
+            engine._lent, engine._unlend = self._lent, self._unlend  # (the pushes that write)
+            self.vars = Vars()
+            self.vars.adopt = self._adopt
+            self.free = light_free(self)  # (`ND` binds its backend's `free` once)
+
+    def _adopt(self, var: int) -> LightVar:
+        """Light result `var` as a Python var (KeyError if it is none)."""
+        world = self._world
+        got = None if world is None else world.adopt(var)
+        if got is None:
+            raise KeyError(var)
+        off, nbytes, shape, dtype, writer, reads = got
+        ev = self._cells.pop(var, None) or new_cell()
+        failure = ev.failure
+        Var.__init__(ev, "cpu", np.ndarray(shape, _DTYPES[dtype], world.arena, off))
+        ev.failure, ev.off, ev.ptr = failure, off, world.arena.ctypes.data + off
+        deps = self.engine._deps
+        if writer is not None:
+            deps.writer[ev] = writer
+        if reads:
+            deps.readers[ev] = reads
+        self.vars[var] = ev
+        return ev
+
+    def _drop_light(self, var: int) -> None:
+        """`free` of a var the table does not hold: a light result (or one never made), deleted
+        by the next push's call; a second one waiting is deleted now."""
+        drops = self._light_drops
+        drops.append(var)
+        if len(drops) > 1:
+            self._flush_light(keep=1)
+        if self._cells:
+            self._cells.pop(var, None)
+
+    def _flush_light(self, keep: int = 0) -> None:
+        """Delete the dropped light results but the last `keep`, give back the late buffers
+        whose ops are done, and read the memory log out."""
+        world, drops = self._world, self._light_drops
+        while len(drops) > keep:
+            try:
+                var = drops.pop(0)
+            except IndexError:  # another thread took it
+                break
+            while world.drop(world.addr, var) == LATE_FULL:  # a rare backlog: let ops finish
+                self.engine.wait_all()
+        world.due(world.addr, self.engine._closed)
+        self._read_light_log()
+
+    def _read_light_log(self) -> None:
+        block = self._world.read_log()
+        if len(block):
+            self._light_log.append(block)
+
+    def _lend(self, x, rid: int, token: int) -> tuple[int, int]:
+        """For a light push of op `token` reading Python var `x` (frontend var `rid`): (0, -1)
+        once `x` is lent to the compiled state (its last write done: the push finds it there
+        by `rid`, and so do the next ones); else its address and its last write, with the read
+        noted in the Python analysis."""
+        engine = self.engine
+        deps = engine._deps
+        writer = deps.last_write(x)
+        if (writer is None or engine._done(writer)) and self._world.lend(
+                rid, x.ptr or _address_of(x), writer):
+            self._lent[x] = rid
+            return 0, -1
+        return x.ptr or _address_of(x), deps.add_fresh(token, x, None)
+
+    def _unlend(self, x) -> None:
+        """Lent var `x` back to the Python analysis, with the light pushes' reads of it: before
+        an op writes it, and before its deletion."""
+        reads = self._world.unlend(self._lent.pop(x))
+        if reads:
+            readers = self.engine._deps.readers
+            readers[x] = sorted(readers.get(x, []) + reads)
+
+    def _answered(self, answer, op_id, name, reads, var, shape, dtype, device, attrs, nbytes,
+                  token, op, dcode, d0, d1, scalar, t_issue, dropped, heavy) -> int:
+        """What a light push does when its call did not simply push (`answer` not 0): an input
+        the state does not hold (lent, or read by address, then the call again); a call that
+        could do nothing (the general push instead: a new record, a real var; -1 returned); a
+        failed predecessor (the op's record, then the op let go); the log to read out."""
+        engine, world, cells = self.engine, self._world, self._cells
+        ops, slot = engine._ops, token & (engine.cap - 1)
+        rid = reads[0]
+        if answer == NO_VAR:  # a Python var: lent, or read by address
+            x = self.vars[rid]
+            a, pred = self._lend(x, rid, token)
+            if pred >= engine._buf[_LOW]:  # its last write runs: the record, a cell for the result
+                ops[slot] = (name, op_id, (x,), (new_cell_for(cells, var),), None, ())
+            answer = (world.push_from(world.addr, token, op, dcode, a, var, d0, d1, scalar,
+                                      pred, op_id, t_issue) if a else
+                      world.push(world.addr, token, op, dcode, rid, var, d0, d1, scalar, op_id,
+                                 t_issue, -1))
+        if answer < 0:  # nothing of the op done
+            if answer == LATE_FULL:
+                self._light_drops.append(dropped)
+            if cells:
+                cells.pop(var, None)
+            heavy(op_id, name, reads, var, shape, dtype, device, attrs, nbytes)
+            return -1
+        if answer & HELD:  # its predecessor failed meanwhile: the record, then let it go
+            if ops[slot] is None or ops[slot][1] != op_id:
+                x = self.vars.get(rid)
+                ops[slot] = (name, op_id, () if x is None else (x,), (new_cell_for(cells, var),),
+                             None, ())
+            t.release_held(engine.state, slot, 0)
+        if answer & READ_LOG:
+            self._read_light_log()
+        return answer
+
+    def _light_code(self, name: str) -> int:
+        """Op `name`'s code and its name's number in the engine's table, packed as the light
+        push passes them (`realexec.engine.light.OP_BITS`), kept for the next push of it; -1
+        for an op that is not light's."""
+        code = self._unary.get(name)
+        op = -1 if code is None else code | self.engine._name_number(name) << OP_BITS
+        self._light_codes[name] = op
+        return op
+
+    def _release_light(self, off: int, nbytes: int) -> None:
+        self._world.release(off, nbytes)
+        self._read_light_log()
+
+    def _with_light(self, samples: list) -> list:
+        """The CPU pool's samples (t_ns, "cpu", bytes) with the arena's live bytes added, at
+        every change of either."""
+        if self._world is None or not self._light_log:
+            return samples
+        log = np.concatenate(self._light_log).tolist()
+        if self._light_trace is not True:  # a bounded trace keeps the last entries
+            log = log[-self._light_trace:]
+        merged, pool, light = [], 0, 0
+        events = sorted([(when, 0, b) for when, dev, b in samples if dev == "cpu"]
+                        + [(when, 1, b) for when, b in log])
+        for when, which, b in events:
+            if which:
+                light = b
+            else:
+                pool = b
+            merged.append((when, "cpu", pool + light))
+        return [s for s in samples if s[1] != "cpu"] + merged
+
+
+def light_free(backend):
+    """`backend.free` for an engine with light results: a var the var table does not hold is
+    a light result (or none), held for the next push's call (`_drop_light`, written out: a
+    drop of a light result per op); any other var goes to `DroppedResults.free`."""
+    vars_, general, drops = backend.vars, backend.free, backend._light_drops
+    cells = backend._cells
+
+    def free(var: int) -> None:
+        if var in vars_:
+            general(var)
+            return
+        drops.append(var)
+        if len(drops) > 1:
+            backend._flush_light(keep=1)
+        if cells:
+            cells.pop(var, None)
+
+    return free
+
+
+def new_cell_for(cells: dict, var: int) -> LightVar:
+    cell = cells[var] = new_cell()
+    return cell
+
+
+_LOW = layout.H_LOW

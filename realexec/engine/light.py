@@ -1,0 +1,348 @@
+"""Light results: the small outputs of the commonest push (`y = f(x)`, one array, elementwise,
+on cpu(0)) kept in the engine's compiled state alone, so that a push is one compiled call with
+integers and no Python object per op.
+
+A light result is a var id in a var table (open addressing by id), a buffer in an arena cut in
+size classes (8 << k bytes, k < `CLASSES`: up to `LIGHT_BYTES`), its dimensions (at most two)
+and its row in the dependency analysis by var slot (`realexec.engine.slotdeps`: the last write
+and the reads since). `push` does, in one call, what the Python push does with its objects:
+
+1. the deletion the frontend held back for it (a dropped light result): its buffer goes back at
+   once if every op on it is done, else onto the late list, given back once the low-water mark
+   `H_LOW` passes its last op (the DESIGN rule: a buffer is reused only after every op touching
+   it has finished), looked at by every call;
+2. the input: a light result's buffer, or a Python var's lent to the state (`lend`: its last
+   write done), with its last write as the predecessor and this op as a read of it; or a
+   Python var's address and predecessor, which the frontend worked out;
+3. the output: a buffer of its class (a free one, or a new one off the arena's end), a slot, its
+   write; then the op into the engine's table (`table.push_unary`) behind its predecessor.
+
+A call that cannot do its op (table, arena or reads full; an unknown input) changes nothing of
+it and says why (a negative answer); the frontend then takes the general path. `adopt` turns a
+light result into a Python var's buffer when Python needs it (a blocker, another kind of op):
+its last write and reads move to the Python analysis, and its buffer stays counted here until
+`release` gives it back. `unlend` gives a lent var's reads back to the Python analysis
+(before an op writes the var, and before its deletion). `due` gives back what the late list
+holds and is done (a blocker). The state's layout and the helpers over it: `arena`.
+
+Memory: `LIVE` counts the bytes of the buffers handed out and not given back, and each call that
+changed it appends (time, live bytes) to a log the frontend reads out through its own view of
+the words (`LOGN` entries; the answer's `READ_LOG` bit asks for it once half full), merged with
+the CPU pool's samples in the Trace. No threads: the frontend is the one caller, in program
+order. Units: bytes, tokens (op numbers in push order), nanoseconds (`atomics.now_ns`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import carray, njit, types
+
+from realexec.cpu.native_ops import SCALAR
+from realexec.engine import layout, slotdeps
+from realexec.engine import table as t
+from realexec.engine.arena import (
+    ARENA,
+    ARENA_BYTES,
+    CLASSES,
+    DIMS,
+    EMPTY,
+    GONE,
+    HEADER,
+    ITEMSIZE,
+    KEYS,
+    LATE_HEAD,
+    LATE_TAIL,
+    LATEBUF,
+    LATES,
+    LENT,
+    LINKS,
+    LIVE,
+    LOGBUF,
+    LOGN,
+    LOGS,
+    MADE,
+    NFREE,
+    NODES,
+    OFFS,
+    POOL,
+    PREDS,
+    ROWS,
+    SIZES,
+    SLOTS,
+    SPARE,
+    SPARES,
+    STATE,
+    STATE_LEN,
+    find,
+    free_slot,
+    give_back,
+    give_back_due,
+    log_live,
+    parts,
+    take,
+)
+from realexec.engine.atomics import load, now_ns, pointer
+
+# a push's answer: a negative one means nothing of the op was done
+TABLE_FULL, ARENA_FULL, NO_VAR, READS_FULL, LATE_FULL = -1, -2, -3, -4, -5
+HELD, READ_LOG = 1, 2  # bits of an answer that is not negative (see `push`)
+OP_BITS = 16  # a push's `op`: the op's code below, its name's number above
+_CODE = (1 << OP_BITS) - 1
+LIGHT_BYTES = 8 << (CLASSES - 1)  # the largest light result: 4 KiB
+
+@njit(nogil=True, cache=True)
+def _drop(w, keys, offs, sizes, rows, links, pool, preds, spare, nfree, lates, var, low):
+    """Light result `var` is deleted: 1 if its buffer went back, 0 if it waits on the late list
+    or `var` is not here (nothing to do), LATE_FULL (nothing done) if the late list is full."""
+    slot = find(keys, var)
+    if slot < 0:
+        return 0
+    if w[LATE_TAIL] - w[LATE_HEAD] >= len(lates):
+        return LATE_FULL
+    last = -1
+    for i in range(slotdeps.drop(rows, links, pool, slot, preds)):
+        last = max(last, preds[i])
+    keys[slot] = GONE
+    if last < low:
+        give_back(w, spare, nfree, offs[slot], sizes[slot])
+        return 1
+    lates[w[LATE_TAIL] % len(lates)] = offs[slot], sizes[slot], last
+    w[LATE_TAIL] += 1
+    return 0
+
+
+@njit(cache=True)  # the frontend's: keeps the GIL, as `table.push_unary` does
+def push(addr, token, op, dtype, in_var, out_var, d0, d1, scalar, op_id, issue, dropped):
+    """Push `out_var = f(in_var)` (`op`: the compiled worker's op code of its SCALAR kind, and
+    above `OP_BITS` the number of the op's name in the engine's table; `out_var` a
+    fresh light result of shape (d0, d1), a dimension -1 for none: (d0,) or ()) after the
+    deletion of `dropped` (-1: none), which the frontend held back for this call. `in_var`: a
+    light result or a lent var (NO_VAR if neither, the deletion done). The answer: LATE_FULL,
+    nothing done; another negative one, the deletion done and nothing of the op (see the
+    module); else the bits HELD (its predecessor failed: the op waits for the frontend's
+    `table.release_held`) and READ_LOG. (`push_from` reads a Python var by its address:
+    one entry for both would take two arguments more, 30 ns of a call's 500.)"""
+    return _push(addr, token, op & _CODE, dtype, 0, in_var, out_var, d0, d1, scalar, -1, op_id,
+                 op >> OP_BITS, issue, dropped)
+
+
+@njit(cache=True)
+def push_from(addr, token, op, dtype, in_addr, out_var, d0, d1, scalar, pred, op_id, issue):
+    """`push` reading the buffer at `in_addr` (a Python var), whose last write is `pred` (-1:
+    none), with no deletion."""
+    return _push(addr, token, op & _CODE, dtype, in_addr, -1, out_var, d0, d1, scalar, pred,
+                 op_id, op >> OP_BITS, issue, -1)
+
+
+@njit(cache=True)
+def _push(addr, token, code, dtype, in_addr, in_var, out_var, d0, d1, scalar, pred, op_id,
+          name, issue, dropped):
+    (w, keys, offs, sizes, dims, rows, links, pool, preds, spare, nfree, made, lates,
+     logs) = parts(addr)
+    s = carray(pointer(w[STATE]), w[STATE_LEN], np.int64)
+    low = load(s, layout.H_LOW)
+    changed = 0
+    if dropped >= 0:
+        changed = _drop(w, keys, offs, sizes, rows, links, pool, preds, spare, nfree, lates,
+                        dropped, low)
+        if changed < 0:
+            return changed
+    changed += give_back_due(w, lates, spare, nfree, low)
+    base = w[ARENA]
+    src = -1
+    if in_var >= 0:
+        src = find(keys, in_var)
+        if src < 0:
+            if changed:
+                log_live(w, logs, issue)
+            return NO_VAR
+        in_addr = offs[src] if sizes[src] == LENT else base + offs[src]
+        pred = rows[src, slotdeps.WRITER]
+    n = (d0 if d0 >= 0 else 1) * (d1 if d1 >= 0 else 1)  # (a dimension of -1 is none)
+    nbytes = n * ITEMSIZE[dtype]
+    slot = free_slot(keys, out_var)
+    off = take(w, spare, nfree, made, nbytes) if slot >= 0 else -1
+    if off < 0:
+        if changed:
+            log_live(w, logs, issue)
+        return TABLE_FULL if slot < 0 else ARENA_FULL
+    if src >= 0 and not slotdeps.note_read(rows, links, pool, src, token, low):
+        give_back(w, spare, nfree, off, nbytes)
+        if changed:
+            log_live(w, logs, issue)
+        return READS_FULL
+    keys[slot], offs[slot], sizes[slot] = out_var, off, nbytes
+    dims[slot, 0], dims[slot, 1], dims[slot, 2] = d0, d1, dtype
+    slotdeps.fresh(rows, slot)
+    rows[slot, slotdeps.WRITER] = token
+    log_live(w, logs, issue)  # one entry a call, at its issue: the deletion's and the take's
+    held = t.push_unary(s, token & (s[layout.H_CAP] - 1), token, SCALAR, code, dtype, n,
+                        in_addr, base + off, scalar, pred, op_id, name, issue)
+    answer = HELD if held else 0
+    if len(logs) and 2 * w[LOGN] >= len(logs):
+        answer |= READ_LOG
+    return answer
+
+
+PUSH_TYPES = (*[types.int64] * 8, types.float64, *[types.int64] * 3)
+
+
+@njit(cache=True)
+def drop(addr, var):
+    """`push`'s deletion on its own: 1 (given back), 0 (late, or not here) or LATE_FULL."""
+    (w, keys, offs, sizes, dims, rows, links, pool, preds, spare, nfree, made, lates,
+     logs) = parts(addr)
+    s = carray(pointer(w[STATE]), w[STATE_LEN], np.int64)
+    done = _drop(w, keys, offs, sizes, rows, links, pool, preds, spare, nfree, lates, var,
+                 load(s, layout.H_LOW))
+    if done > 0:
+        log_live(w, logs, now_ns())
+    return done
+
+
+@njit(cache=True)
+def due(addr, every):
+    """Give back the late buffers whose ops are all done (`every`: all of them, nothing runs
+    any more): how many."""
+    (w, keys, offs, sizes, dims, rows, links, pool, preds, spare, nfree, made, lates,
+     logs) = parts(addr)
+    s = carray(pointer(w[STATE]), w[STATE_LEN], np.int64)
+    n = give_back_due(w, lates, spare, nfree, (1 << 62) if every else load(s, layout.H_LOW))
+    if n:
+        log_live(w, logs, now_ns())
+    return n
+
+
+@njit(cache=True)
+def adopt(addr, var, out):
+    """Light result `var` leaves the table for a Python var: `out` gets its buffer's offset,
+    bytes, dims and dtype code, its last write (-1: none) and its reads since, after their
+    count (out[6]); its buffer stays counted until `release`. False if `var` is not here."""
+    (w, keys, offs, sizes, dims, rows, links, pool, preds, spare, nfree, made, lates,
+     logs) = parts(addr)
+    slot = find(keys, var)
+    if slot < 0:
+        return False
+    out[0], out[1], out[2], out[3] = offs[slot], sizes[slot], dims[slot, 0], dims[slot, 1]
+    out[4], out[5] = dims[slot, 2], rows[slot, slotdeps.WRITER]
+    read = rows[slot, slotdeps.HEAD] >= 0
+    n = slotdeps.drop(rows, links, pool, slot, preds)
+    out[6] = n if read else 0
+    for i in range(out[6]):
+        out[7 + i] = preds[i]
+    keys[slot] = GONE
+    return True
+
+
+@njit(cache=True)
+def lend(addr, var, address, writer):
+    """Python var `var` (its buffer at `address`, its last write `writer`, -1: none, done) is
+    read by light pushes from now on: their reads are noted here until `unlend`. Its slot, or
+    TABLE_FULL."""
+    (w, keys, offs, sizes, dims, rows, links, pool, preds, spare, nfree, made, lates,
+     logs) = parts(addr)
+    slot = free_slot(keys, var)
+    if slot < 0:
+        return TABLE_FULL
+    keys[slot], offs[slot], sizes[slot] = var, address, LENT
+    slotdeps.fresh(rows, slot)
+    rows[slot, slotdeps.WRITER] = writer
+    return slot
+
+
+@njit(cache=True)
+def unlend(addr, var, out):
+    """Lent var `var` goes back to the Python analysis: its reads since `lend` into `out`, their
+    count returned (-1: not lent)."""
+    (w, keys, offs, sizes, dims, rows, links, pool, preds, spare, nfree, made, lates,
+     logs) = parts(addr)
+    slot = find(keys, var)
+    if slot < 0:
+        return -1
+    read = rows[slot, slotdeps.HEAD] >= 0
+    n = slotdeps.drop(rows, links, pool, slot, preds)
+    keys[slot] = GONE
+    if not read:
+        return 0
+    for i in range(n):
+        out[i] = preds[i]
+    return n
+
+
+@njit(cache=True)
+def release(addr, off, nbytes):
+    """An adopted buffer back (every op on it is done: the Python deletion waited)."""
+    (w, keys, offs, sizes, dims, rows, links, pool, preds, spare, nfree, made, lates,
+     logs) = parts(addr)
+    give_back(w, spare, nfree, off, nbytes)
+    log_live(w, logs, now_ns())
+
+
+class Light:
+    """The state's words (`words`, an int64 array whose address every call takes) and its arena
+    (`arena`, bytes) for the engine whose table is `state`: `slots` light results at once,
+    `nodes` reads in flight, an arena of `arena_bytes`."""
+
+    def __init__(self, state: np.ndarray, slots: int = 1 << 14, arena_bytes: int = 8 << 20,
+                 logs: int = 1 << 12):
+        assert slots & (slots - 1) == 0, "slots: a power of two"
+        nodes, lates = 4 * slots, 2 * slots
+        spares = min(slots, arena_bytes // 8)
+        sizes = {KEYS: slots, OFFS: slots, SIZES: slots, DIMS: 3 * slots, ROWS: 5 * slots,
+                 LINKS: 2 * nodes, POOL: 1, PREDS: nodes + 1, SPARE: CLASSES * spares,
+                 NFREE: CLASSES, MADE: CLASSES, LATEBUF: 3 * lates, LOGBUF: 2 * logs}
+        self.words = w = np.zeros(HEADER + sum(sizes.values()), np.int64)
+        at = HEADER
+        for part, n in sizes.items():
+            w[part], at = at, at + n
+        w[SLOTS], w[NODES], w[LATES], w[LOGS], w[SPARES] = slots, nodes, lates, logs, spares
+        w[w[KEYS]:w[KEYS] + slots] = EMPTY
+        rows, links, _ = slotdeps.new_deps(slots, nodes)
+        w[w[ROWS]:w[ROWS] + 5 * slots] = rows.ravel()
+        w[w[LINKS]:w[LINKS] + 2 * nodes] = links.ravel()
+        self.arena = np.zeros(arena_bytes, np.uint8)  # pages made as the arena's end moves
+        self.state = state  # kept: the calls read the engine's table by its address
+        w[ARENA], w[ARENA_BYTES] = self.arena.ctypes.data, arena_bytes
+        w[STATE], w[STATE_LEN] = state.ctypes.data, len(state)
+        self.addr = w.ctypes.data
+        self.push = t.entry(push, PUSH_TYPES)
+        self.push_from = t.entry(push_from, PUSH_TYPES)
+        self.drop = t.entry(drop, (types.int64, types.int64))
+        self.due = t.entry(due, (types.int64, types.boolean))
+        self.out = np.zeros(7 + nodes, np.int64)  # `adopt`'s answer
+
+    def adopt(self, var: int):
+        """(offset, bytes, shape, dtype code, last write or None, reads) of light result
+        `var`, which leaves the table (its buffer stays counted until `release`); None if not
+        here."""
+        if not adopt(self.addr, var, self.out):
+            return None
+        off, nbytes, d0, d1, dtype, writer, n = (int(v) for v in self.out[:7])
+        shape = tuple(d for d in (d0, d1) if d >= 0)
+        return (off, nbytes, shape, dtype, None if writer < 0 else writer,
+                self.out[7:7 + n].tolist())
+
+    def release(self, off: int, nbytes: int) -> None:
+        release(self.addr, off, nbytes)
+
+    def lend(self, var: int, address: int, writer: int | None) -> bool:
+        """Lend Python var `var` to the light pushes (see `lend`); False: the table is full."""
+        return lend(self.addr, var, address, -1 if writer is None else writer) >= 0
+
+    def unlend(self, var: int) -> list[int]:
+        """The reads of lent var `var` since it was lent, and the var back (see `unlend`)."""
+        n = unlend(self.addr, var, self.out)
+        return self.out[:n].tolist() if n > 0 else []
+
+    @property
+    def live(self) -> int:
+        return int(self.words[LIVE])
+
+    def read_log(self) -> np.ndarray:
+        """The (time ns, live bytes) entries logged since the last read, as an (n, 2) array,
+        and the log emptied."""
+        w = self.words
+        n = int(w[LOGN])
+        entries = w[w[LOGBUF]:w[LOGBUF] + 2 * n].reshape(n, 2).copy()
+        w[LOGN] = 0
+        return entries

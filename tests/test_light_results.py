@@ -1,0 +1,202 @@
+"""Light results (`realexec.engine.light`, `realexec.cpu.light`): on an engine made with
+`light=True`, small results of the fast push live in compiled state alone. Any program of
+elementwise ops, drops, blockers and ops of other kinds gives numpy's values; a light result has
+no Python var until Python asks for one; a failure upstream reaches a light result, also one
+adopted while its op was in flight; its memory is in the Trace and all of it comes back."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import realexec
+from realexec import OpError
+from realexec.cpu import kernels as cpu
+from realexec.engine import arena, layout
+
+STEPS = {
+    "add": (lambda a, s: a + s, lambda a, s: a + np.float32(s)),
+    "mul": (lambda a, s: a * s, lambda a, s: a * np.float32(s)),
+    "rsub": (lambda a, s: s - a, lambda a, s: np.float32(s) - a),
+    "relu": (lambda a, s: a.relu(), lambda a, s: np.maximum(a, np.float32(0))),
+    # not light: an op of two arrays (the general push adopts a light input)
+    "plus": (lambda a, s: a + a, lambda a, s: a + a),
+    "sum": (lambda a, s: a.sum(), lambda a, s: a.sum(dtype=np.float32)),
+}
+
+programs = st.lists(
+    st.tuples(st.sampled_from(sorted(STEPS)), st.sampled_from([-1.5, 0.0, 2.0]),
+              st.integers(0, 5),  # which live array the step reads
+              st.sampled_from(["keep", "drop", "wait"])),  # then: drop it, or wait on the result
+    min_size=1, max_size=50)
+
+
+def light_session(workers=2, **kw):
+    return realexec.session(workers=workers, engine="native-light", **kw)
+
+
+@settings(max_examples=40, deadline=None)
+@given(program=programs, shape=st.sampled_from([(1, 2), (5,), (3, 4), (32, 33)]),
+       workers=st.sampled_from([1, 2]))
+def test_any_program_gives_numpys_values_and_gives_all_memory_back(program, shape, workers):
+    start = np.arange(np.prod(shape), dtype=np.float32).reshape(shape) / 7 - 1
+    with light_session(workers) as nd:
+        backend = nd._backend
+        pool, world = backend.pools["cpu"], backend._world
+        live, want = [nd.array(start)], [start]
+        nd.waitall()
+        before = pool.live_bytes
+        for name, scalar, pick, then in program:
+            k = pick % len(live)
+            ours, theirs = STEPS[name]
+            live.append(ours(live[k], scalar))
+            want.append(theirs(want[k], scalar))
+            if then == "drop" and len(live) > 1:
+                del live[k], want[k]
+            elif then == "wait":
+                live[-1].wait_to_read()
+        for got, expected in zip(live, want, strict=True):
+            np.testing.assert_allclose(got.asnumpy(), expected, rtol=1e-6)
+        trace = backend.trace()
+        del live, got
+        nd.waitall()
+        assert world.live == 0 and pool.live_bytes <= before
+    execs = [s for s in trace.spans if s.kind == "exec"]
+    assert len(trace.spans_of("frontend", "issue")) == len(execs)
+
+
+def test_a_light_result_has_no_python_var_until_python_asks():
+    with light_session() as nd:
+        backend = nd._backend
+        x = nd.ones((2, 3))
+        ys = [x + i for i in range(10)]
+        big = nd.ones((40, 40)) + 1  # 6400 bytes: not light
+        ids = [y.var for y in ys]
+        assert not set(ids) & set(backend.vars) and big.var in backend.vars
+        assert backend._world.live == 10 * 24
+        np.testing.assert_array_equal(ys[3].asnumpy(), np.full((2, 3), 4, np.float32))
+        assert ids[3] in backend.vars and ids[4] not in backend.vars  # adopted: a var now
+        z = ys[5] * ys[6]  # two inputs: the general push adopts both
+        assert ids[5] in backend.vars and ids[6] in backend.vars
+        np.testing.assert_array_equal(z.asnumpy(), np.full((2, 3), 42, np.float32))
+        del ys, z
+        nd.waitall()
+        assert backend._world.live == 0
+
+
+def test_light_results_are_in_the_traced_memory():
+    with light_session(workers=1) as nd:
+        x = nd.ones((8, 8))  # 256 bytes a result
+        nd.waitall()
+        keep = [x + i for i in range(20)]
+        nd.waitall()
+        trace = nd._backend.trace()
+        del keep
+    cpu_bytes = [b for _, dev, b in trace.memory if dev == "cpu"]
+    assert max(cpu_bytes) >= 21 * 256
+
+
+def test_a_failure_upstream_reaches_a_light_result():
+    with light_session() as nd:
+        nd._backend.kernels = {**cpu.KERNELS, "relu": broken_kernel}
+        x = nd.ones((3,))
+        y = nd.relu(x)  # fails on a worker
+        z = (y + 1) * 2  # light, behind it
+        with pytest.raises(OpError, match="relu"):
+            z.asnumpy()
+        with pytest.raises(OpError, match="relu"):
+            nd.waitall()
+        nd._backend.kernels = cpu.KERNELS
+        np.testing.assert_array_equal((x + 1).asnumpy(), np.full(3, 2, np.float32))
+
+
+def test_a_failure_landing_after_adoption_is_the_adopted_vars():
+    """The op that fails is still running when Python adopts the light result two ops behind
+    it (a wait on it): the failure must reach the adopted var, not a cell Python dropped."""
+    gate = threading.Event()
+
+    def late_failure(inputs, out, attrs):
+        gate.wait(5)
+        raise ZeroDivisionError("late")
+
+    with light_session() as nd:
+        nd._backend.kernels = {**cpu.KERNELS, "ones": late_failure}
+        x = nd.ones((4,))
+        z = (x + 1) * 3
+        opener = threading.Timer(0.05, gate.set)
+        opener.start()
+        with pytest.raises(OpError, match="ones"):
+            z.wait_to_read()
+        opener.join()
+        with pytest.raises(OpError):
+            nd.waitall()
+
+
+def test_a_write_of_a_lent_var_waits_for_the_light_reads_of_it():
+    """A Python var read by light pushes is lent to the compiled state, which notes their
+    reads; an op that writes it gets them back first and waits for all of them."""
+    gate = threading.Event()
+    with light_session(workers=2) as nd:
+        backend, engine = nd._backend, nd._backend.engine
+        x = nd.ones((2, 2))
+        x.wait_to_read()
+        backend.kernels = {**cpu.KERNELS, "zeros": gated("zeros", gate)}
+        held = [nd.zeros((1,)) for _ in range(2)]  # both workers wait at the gate
+        ys = [x + i for i in range(20)]
+        assert backend.vars[x.var] in backend._lent
+        x[:] = 5.0  # the general push: its write of x waits for the 20 reads
+        slot = (engine._next - 1) & (engine.cap - 1)
+        assert engine._buf[layout.at(slot, layout.F_PENDING)] >= 20
+        assert backend.vars[x.var] not in backend._lent
+        gate.set()
+        for i, y in enumerate(ys):
+            np.testing.assert_array_equal(y.asnumpy(), np.full((2, 2), 1 + i, np.float32))
+        np.testing.assert_array_equal(x.asnumpy(), np.full((2, 2), 5, np.float32))
+        del held
+
+
+def test_a_full_arena_sends_the_push_the_general_way():
+    with light_session(workers=1) as nd:
+        backend = nd._backend
+        arena_bytes = len(backend._world.arena)
+        x = nd.ones((32, 32))  # 4 KiB: the largest class
+        keep = [x + i for i in range(arena_bytes // 4096 + 3)]
+        assert sum(y.var in backend.vars for y in keep) >= 3  # made the general way
+        np.testing.assert_array_equal(keep[-1].asnumpy(), np.full((32, 32), len(keep), np.float32))
+        del keep
+        nd.waitall()
+        assert backend._world.live == 0
+
+
+def test_sync_mode_and_max_inflight_keep_the_shipped_push():
+    """A light push makes no `max_inflight` wait and sync mode runs each op in its push: both
+    keep the shipped path on a light engine."""
+    for kw in (dict(mode="sync"), dict(max_inflight=2)):
+        with light_session(workers=1, **kw) as nd:
+            assert nd._backend._world is None
+            x = nd.ones((2,))
+            np.testing.assert_array_equal((x + 1).asnumpy(), np.full(2, 2, np.float32))
+
+
+def test_size_classes_cover_their_bytes():
+    for nbytes in (1, 8, 9, 16, 100, 4095, 4096):
+        k = arena.size_class(nbytes)
+        assert 8 << k >= nbytes and (k == 0 or 8 << (k - 1) < nbytes)
+
+
+def broken_kernel(inputs, out, attrs):
+    raise ZeroDivisionError("injected failure")
+
+
+def gated(name, gate):
+    real = cpu.KERNELS[name]
+
+    def kernel(inputs, out, attrs):
+        gate.wait(5)
+        real(inputs, out, attrs)
+
+    return kernel
