@@ -2,9 +2,10 @@
 
 A from-scratch MLP (`attach_grad`, the manual SGD step `param[:] = param - lr * param.grad /
 batch_size`) and a Gluon MLP (`Trainer('sgd')`, `L2Loss`) train k minibatch steps without a
-blocker between them, under one worker, two workers and sync mode; a plain float64 numpy
-implementation of the same training, started from the initial weights read from the
-parameters, must reach the same weights. A small LeNet on learnable synthetic images must
+blocker between them, under one worker, two workers, sync mode and light results (two
+workers: `realexec.cpu.light`, whose lent weights are written by the SGD step); a plain
+float64 numpy implementation of the same training, started from the initial weights read from
+the parameters, must reach the same weights. A small LeNet on learnable synthetic images must
 lower its loss clearly within a few dozen steps.
 """
 
@@ -17,7 +18,9 @@ import realexec
 from asyncsim import autograd, gluon, init
 from asyncsim.gluon import nn
 
-ENGINES = [dict(workers=1), dict(workers=2), dict(mode="sync")]
+ENGINES = [dict(workers=1), dict(workers=2), dict(mode="sync"),
+           dict(workers=2, engine="native-light")]
+IDS = ["workers=1", "workers=2", "sync", "light"]
 STEPS, BATCH, LR = 8, 4, 0.1
 
 
@@ -48,7 +51,7 @@ def numpy_mlp(X, y, W1, b1, W2, b2, steps, lr, batch):
     return W1, b1, W2, b2
 
 
-@pytest.mark.parametrize("engine", ENGINES, ids=["workers=1", "workers=2", "sync"])
+@pytest.mark.parametrize("engine", ENGINES, ids=IDS)
 def test_scratch_mlp_matches_numpy(engine):
     """attach_grad, record, backward and `param[:] = param - lr * param.grad / batch_size`,
     issued for every step with no blocker in between: numpy's weights at the end."""
@@ -79,7 +82,7 @@ def test_scratch_mlp_matches_numpy(engine):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("engine", ENGINES, ids=["workers=1", "workers=2", "sync"])
+@pytest.mark.parametrize("engine", ENGINES, ids=IDS)
 def test_gluon_mlp_matches_numpy(engine):
     """A Sequential of Dense layers, L2Loss and Trainer('sgd').step(batch_size), issued for
     every step with no blocker in between: numpy's weights at the end."""
