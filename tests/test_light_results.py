@@ -100,6 +100,17 @@ def test_light_results_are_in_the_traced_memory():
     assert max(cpu_bytes) >= 21 * 256
 
 
+@pytest.mark.parametrize("trace", [False, 0, 5])
+def test_a_bounded_trace_keeps_no_more_light_samples(trace):
+    with light_session(workers=1, trace=trace) as nd:
+        x = nd.ones((4, 4))
+        keep = [x + i for i in range(30)]
+        nd.waitall()
+        samples = nd._backend.trace().memory
+        del keep
+    assert len([s for s in samples if s[1] == "cpu"]) <= (trace or 0) + 1
+
+
 def test_a_failure_upstream_reaches_a_light_result():
     with light_session() as nd:
         nd._backend.kernels = {**cpu.KERNELS, "relu": broken_kernel}

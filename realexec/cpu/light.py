@@ -70,7 +70,7 @@ class LightResults:
         self._light_log: list = []  # blocks of (t_ns, live bytes of the arena), as arrays
         self._light_trace = trace
         if getattr(engine, "light", False):
-            self._world = Light(engine.state, logs=0 if trace is False else 1 << 12)
+            self._world = Light(engine.state, logs=1 << 12 if trace else 0)  # (0: no samples)
             engine._lent, engine._unlend = self._lent, self._unlend  # (the pushes that write)
             self.vars = Vars()
             self.vars.adopt = self._adopt
@@ -200,8 +200,6 @@ class LightResults:
         if self._world is None or not self._light_log:
             return samples
         log = np.concatenate(self._light_log).tolist()
-        if self._light_trace is not True:  # a bounded trace keeps the last entries
-            log = log[-self._light_trace:]
         merged, pool, light = [], 0, 0
         events = sorted([(when, 0, b) for when, dev, b in samples if dev == "cpu"]
                         + [(when, 1, b) for when, b in log])
@@ -211,6 +209,8 @@ class LightResults:
             else:
                 pool = b
             merged.append((when, "cpu", pool + light))
+        if self._light_trace is not True:  # a bounded trace: the last samples, as the pool's
+            merged = merged[-self._light_trace:]
         return [s for s in samples if s[1] != "cpu"] + merged
 
 
