@@ -51,9 +51,10 @@ numpy's op in that round. What each variant replaces:
   worker), and each drop is one call too: a call through a compiled entry point with integer
   arguments costs about what the ring's stores cost, so this is the same floor with the
   reader's core handed back to the engine;
-- "light results" (async only): not a stand-in but the engine with small results kept in its
-  compiled state (`realexec.session(engine="native-light")`, `realexec.engine.light`): the
-  shipped frontend with one compiled call a push, the drop riding on it.
+- "light results": not a stand-in but the engine with small results kept in its compiled
+  state (`realexec.session(engine="native-light")`, `realexec.engine.light`): the shipped
+  frontend with one compiled call a push (in sync mode running the op too), the drop riding on
+  it.
 
 "numpy" is numpy's own `b = a + 1` on the same array, and "nd alone" the frontend over a backend
 that does nothing (`overhead.NullBackend`; "fast path": one that takes the fast path's calls,
@@ -199,7 +200,6 @@ VARIANTS = {"as shipped": "as shipped", "one drop at a time": "drops handed over
             "both": "without both", "both + small var": "without both, a small var",
             "lean": "lean: one compiled call, no records",
             "light results": "light results (engine='native-light')"}
-ASYNC_ONLY = ("light results",)  # (a light engine in sync mode is the shipped one)
 
 
 def per_op(variant: str, n: int, mode: str = "async") -> float:
@@ -277,7 +277,7 @@ def main() -> None:
     names = ("numpy", "nd alone", "nd alone, fast path", "ring, no call",
              "ring, compiled reader", "ring, reader into the engine", "one call",
              "one call, into the engine", *VARIANTS,
-             *[f"{v} (sync)" for v in VARIANTS if v not in ASYNC_ONLY])
+             *[f"{v} (sync)" for v in VARIANTS])
     times: dict[str, list[float]] = {name: [] for name in names}
     a = np.ones((1, 2), np.float32)
     for _ in range(args.rounds):
@@ -292,8 +292,7 @@ def main() -> None:
             times[label].append(per_op_s)
         for variant in VARIANTS:
             times[variant].append(per_op(variant, args.ops))
-            if variant not in ASYNC_ONLY:
-                times[f"{variant} (sync)"].append(per_op(variant, args.ops, "sync"))
+            times[f"{variant} (sync)"].append(per_op(variant, args.ops, "sync"))
     print(f"y = x + 1 on a (1, 2) array, us per op over {args.rounds} rounds of {args.ops} ops")
     print(f"{'':50s} {'median':>7s} {'lowest':>7s} {'x numpy':>8s}")
     for name, values in times.items():

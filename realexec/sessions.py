@@ -138,9 +138,9 @@ def session(workers: int | None = None, mode: str = "async", max_inflight: int |
     pinned to a core while it runs compiled ops: two workers drain two chains of 10 us
     elementwise ops twice as fast as one, where the OS's placement gave 1.0-1.4x),
     "native-light" (the same, with the small results of elementwise ops kept in the engine's
-    compiled state, a push one compiled call: `realexec.cpu.light`; async mode; the model does
-    not price it yet) or "python" (`realexec.engine.core`: Python worker threads, the contrast
-    the chapters draw).
+    compiled state, a push one compiled call: `realexec.cpu.light`; not with `max_inflight`;
+    the model does not price it yet) or "python" (`realexec.engine.core`: Python worker
+    threads, the contrast the chapters draw).
     The objects that exist when the session starts are moved out of the cyclic GC's way until it
     ends (`frozen_gc`). `trace`: True records everything, False no spans, samples or marks, N
     the last ~N of each.

@@ -183,14 +183,41 @@ def test_a_full_arena_sends_the_push_the_general_way():
         assert backend._world.live == 0
 
 
-def test_sync_mode_and_max_inflight_keep_the_shipped_push():
-    """A light push makes no `max_inflight` wait and sync mode runs each op in its push: both
-    keep the shipped path on a light engine."""
-    for kw in (dict(mode="sync"), dict(max_inflight=2)):
-        with light_session(workers=1, **kw) as nd:
-            assert nd._backend._world is None
-            x = nd.ones((2,))
-            np.testing.assert_array_equal((x + 1).asnumpy(), np.full(2, 2, np.float32))
+def test_max_inflight_keeps_the_shipped_push():
+    """A light push makes no `max_inflight` wait: a light engine with one keeps the shipped
+    push."""
+    with light_session(workers=1, max_inflight=2) as nd:
+        assert nd._backend._world is None
+        x = nd.ones((2,))
+        np.testing.assert_array_equal((x + 1).asnumpy(), np.full(2, 2, np.float32))
+
+
+@settings(max_examples=20, deadline=None)
+@given(program=programs)
+def test_sync_mode_runs_each_light_op_in_its_push(program):
+    """In sync mode the one call runs the op: the result is there when the push returns, each
+    op leaves its issue and exec spans, a dropped result's buffer is free for the next push."""
+    start = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    with light_session(workers=1, mode="sync") as nd:
+        backend = nd._backend
+        assert backend._world is not None
+        live, want = [nd.array(start)], [start]
+        for name, scalar, pick, then in program:
+            k = pick % len(live)
+            ours, theirs = STEPS[name]
+            live.append(ours(live[k], scalar))
+            want.append(theirs(want[k], scalar))
+            assert backend.engine.pending == 0
+            if then == "drop" and len(live) > 1:
+                del live[k], want[k]
+        for got, expected in zip(live, want, strict=True):
+            np.testing.assert_allclose(got.asnumpy(), expected, rtol=1e-6)
+        trace = backend.trace()
+        del live, got
+        nd.waitall()
+        assert backend._world.live == 0
+    execs = [s for s in trace.spans if s.kind == "exec"]
+    assert len(trace.spans_of("frontend", "issue")) == len(execs) == 1 + len(program)
 
 
 def test_size_classes_cover_their_bytes():

@@ -3,7 +3,7 @@
 A from-scratch MLP (`attach_grad`, the manual SGD step `param[:] = param - lr * param.grad /
 batch_size`) and a Gluon MLP (`Trainer('sgd')`, `L2Loss`) train k minibatch steps without a
 blocker between them, under one worker, two workers, sync mode and light results (two
-workers: `realexec.cpu.light`, whose lent weights are written by the SGD step); a plain
+workers and sync: `realexec.cpu.light`, whose lent weights are written by the SGD step); a plain
 float64 numpy implementation of the same training, started from the initial weights read from
 the parameters, must reach the same weights. A small LeNet on learnable synthetic images must
 lower its loss clearly within a few dozen steps.
@@ -19,8 +19,8 @@ from asyncsim import autograd, gluon, init
 from asyncsim.gluon import nn
 
 ENGINES = [dict(workers=1), dict(workers=2), dict(mode="sync"),
-           dict(workers=2, engine="native-light")]
-IDS = ["workers=1", "workers=2", "sync", "light"]
+           dict(workers=2, engine="native-light"), dict(mode="sync", engine="native-light")]
+IDS = ["workers=1", "workers=2", "sync", "light", "light-sync"]
 STEPS, BATCH, LR = 8, 4, 0.1
 
 

@@ -1,7 +1,8 @@
 """The backend's side of light results (`realexec.engine.light`): small outputs of the fast push
 that live in the engine's compiled state alone until Python needs one.
 
-On an engine made with `light=True` (`realexec.session(engine="native-light")`, async mode),
+On an engine made with `light=True` (`realexec.session(engine="native-light")`, without
+`max_inflight`; in sync mode the one call runs the op too),
 the push of `y = f(x)` on cpu(0) with a result of at most `LIGHT_BYTES` makes no engine var, no
 pool array and no entry in the Python analysis (`realexec.unary.light_push`). A light result
 becomes a Python var (`LightVar`, over its buffer in the arena) the first time Python asks the
@@ -70,7 +71,8 @@ class LightResults:
         self._light_log: list = []  # blocks of (t_ns, live bytes of the arena), as arrays
         self._light_trace = trace
         if getattr(engine, "light", False):
-            self._world = Light(engine.state, logs=1 << 12 if trace else 0)  # (0: no samples)
+            self._world = Light(engine.state, logs=1 << 12 if trace else 0,  # (0: no samples)
+                                sync=engine._sync)
             engine._lent, engine._unlend = self._lent, self._unlend  # (the pushes that write)
             self.vars = Vars()
             self.vars.adopt = self._adopt
@@ -88,9 +90,9 @@ class LightResults:
         Var.__init__(ev, "cpu", np.ndarray(shape, _DTYPES[dtype], world.arena, off))
         ev.failure, ev.off, ev.ptr = failure, off, world.arena.ctypes.data + off
         deps = self.engine._deps
-        if writer is not None:
+        if writer is not None and not self.engine._sync:  # (sync mode orders nothing)
             deps.writer[ev] = writer
-        if reads:
+        if reads and not self.engine._sync:
             deps.readers[ev] = reads
         self.vars[var] = ev
         return ev
@@ -136,13 +138,15 @@ class LightResults:
                 rid, x.ptr or _address_of(x), writer):
             self._lent[x] = rid
             return 0, -1
+        if engine._sync:  # every op is done: nothing to order, nothing to note
+            return x.ptr or _address_of(x), -1
         return x.ptr or _address_of(x), deps.add_fresh(token, x, None)
 
     def _unlend(self, x) -> None:
         """Lent var `x` back to the Python analysis, with the light pushes' reads of it: before
         an op writes it, and before its deletion."""
         reads = self._world.unlend(self._lent.pop(x))
-        if reads:
+        if reads and not self.engine._sync:
             readers = self.engine._deps.readers
             readers[x] = sorted(readers.get(x, []) + reads)
 

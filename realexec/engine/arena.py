@@ -23,7 +23,7 @@ from realexec.engine.atomics import pointer
 # the header's words: sizes, where each part starts (in words), addresses, counters
 (SLOTS, NODES, LATES, LOGS, SPARES, KEYS, OFFS, SIZES, DIMS, ROWS, LINKS, POOL, PREDS, SPARE,
  NFREE, MADE, LATEBUF, LOGBUF, ARENA, ARENA_BYTES, STATE, STATE_LEN, BUMP, LIVE, LATE_HEAD,
- LATE_TAIL, LOGN) = range(27)
+ LATE_TAIL, LOGN, SYNC) = range(28)
 HEADER = 32
 CLASSES = 10  # size classes of 8 << k bytes
 EMPTY, GONE = -1, -2  # a var table's free slot, and one whose var went

@@ -38,6 +38,7 @@ import numpy as np
 from numba import carray, njit, types
 
 from realexec.cpu.native_ops import SCALAR
+from realexec.cpu.worker import run_unary_stamped
 from realexec.engine import layout, slotdeps
 from realexec.engine import table as t
 from realexec.engine.arena import (
@@ -73,6 +74,7 @@ from realexec.engine.arena import (
     SPARES,
     STATE,
     STATE_LEN,
+    SYNC,
     find,
     free_slot,
     give_back,
@@ -176,6 +178,10 @@ def _push(addr, token, code, dtype, in_addr, in_var, out_var, d0, d1, scalar, pr
     slotdeps.fresh(rows, slot)
     rows[slot, slotdeps.WRITER] = token
     log_live(w, logs, issue)  # one entry a call, at its issue: the deletion's and the take's
+    if w[SYNC]:  # the op runs here and now, stamped as a worker would (sync mode)
+        run_unary_stamped(s, token, code, dtype, n, in_addr, base + off, scalar, op_id, name,
+                          issue)
+        return 0
     held = t.push_unary(s, token & (s[layout.H_CAP] - 1), token, SCALAR, code, dtype, n,
                         in_addr, base + off, scalar, pred, op_id, name, issue)
     answer = HELD if held else 0
@@ -284,7 +290,7 @@ class Light:
     `nodes` reads in flight, an arena of `arena_bytes`."""
 
     def __init__(self, state: np.ndarray, slots: int = 1 << 14, arena_bytes: int = 8 << 20,
-                 logs: int = 1 << 12):
+                 logs: int = 1 << 12, sync: bool = False):
         assert slots & (slots - 1) == 0, "slots: a power of two"
         nodes, lates = 4 * slots, 2 * slots
         spares = min(slots, arena_bytes // 8)
@@ -304,6 +310,7 @@ class Light:
         self.state = state  # kept: the calls read the engine's table by its address
         w[ARENA], w[ARENA_BYTES] = self.arena.ctypes.data, arena_bytes
         w[STATE], w[STATE_LEN] = state.ctypes.data, len(state)
+        w[SYNC] = sync  # each op run in its push (the engine's sync mode)
         self.addr = w.ctypes.data
         self.push = t.entry(push, PUSH_TYPES)
         self.push_from = t.entry(push_from, PUSH_TYPES)

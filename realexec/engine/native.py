@@ -91,8 +91,8 @@ class NativeEngine(Pushes, WorkerThreads, DeferredFrees, TableSpans, shutdown.En
         self.mode, self.max_inflight = mode, max_inflight
         self._sync = mode == "sync"
         # small results of the fast push kept in compiled state (the backend's: realexec.cpu.light;
-        # async and unthrottled only: its push makes no `max_inflight` wait)
-        self.light = light and not self._sync and max_inflight is None
+        # unthrottled only: its push makes no `max_inflight` wait)
+        self.light = light and max_inflight is None
         self._spin_ns = int(spin_s * 1e9)
         if capacity < 2 or capacity & (capacity - 1):
             raise ValueError(f"capacity must be a power of two, at least 2, got {capacity}")
