@@ -100,6 +100,23 @@ def test_light_results_are_in_the_traced_memory():
     assert max(cpu_bytes) >= 21 * 256
 
 
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_a_long_loop_loses_no_memory_sample(mode):
+    """The log of the arena's live bytes is read out as it fills, in both modes: a loop of
+    three times its length keeps a sample for each of its pushes."""
+    with light_session(workers=1, mode=mode) as nd:
+        world = nd._backend._world
+        x = nd.ones((2,))
+        nd.waitall()
+        n = 3 * world.words[arena.LOGS]  # three times the log
+        for _ in range(n):
+            y = x + 1
+        nd.waitall()
+        samples = [s for s in nd._backend.trace().memory if s[1] == "cpu"]
+        del y
+    assert len(samples) >= n
+
+
 @pytest.mark.parametrize("trace", [False, 0, 5])
 def test_a_bounded_trace_keeps_no_more_light_samples(trace):
     with light_session(workers=1, trace=trace) as nd:

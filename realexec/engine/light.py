@@ -92,6 +92,7 @@ OP_BITS = 16  # a push's `op`: the op's code below, its name's number above
 _CODE = (1 << OP_BITS) - 1
 LIGHT_BYTES = 8 << (CLASSES - 1)  # the largest light result: 4 KiB
 
+
 @njit(nogil=True, cache=True)
 def _drop(w, keys, offs, sizes, rows, links, pool, preds, spare, nfree, lates, var, low):
     """Light result `var` is deleted: 1 if its buffer went back, 0 if it waits on the late list
@@ -178,13 +179,13 @@ def _push(addr, token, code, dtype, in_addr, in_var, out_var, d0, d1, scalar, pr
     slotdeps.fresh(rows, slot)
     rows[slot, slotdeps.WRITER] = token
     log_live(w, logs, issue)  # one entry a call, at its issue: the deletion's and the take's
+    answer = 0
     if w[SYNC]:  # the op runs here and now, stamped as a worker would (sync mode)
         run_unary_stamped(s, token, code, dtype, n, in_addr, base + off, scalar, op_id, name,
                           issue)
-        return 0
-    held = t.push_unary(s, token & (s[layout.H_CAP] - 1), token, SCALAR, code, dtype, n,
-                        in_addr, base + off, scalar, pred, op_id, name, issue)
-    answer = HELD if held else 0
+    elif t.push_unary(s, token & (s[layout.H_CAP] - 1), token, SCALAR, code, dtype, n, in_addr,
+                      base + off, scalar, pred, op_id, name, issue):
+        answer = HELD
     if len(logs) and 2 * w[LOGN] >= len(logs):
         answer |= READ_LOG
     return answer
