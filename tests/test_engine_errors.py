@@ -22,6 +22,7 @@ import realexec
 from asyncsim.nd.ops import ShapeError
 from realexec import OpError
 from realexec.cpu import kernels as cpu
+from realexec.engine import EngineStopped
 
 
 def broken_kernel(inputs, out, attrs):
@@ -55,6 +56,28 @@ def test_engine_error_surfaces_at_the_dependent_blocker():
         engine.push(lambda: ran.append("after"), (b,), (d,))
         engine.wait_for_var(d)
     assert ran == ["independent", "after"]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_worker_stopped_by_an_error_of_the_engines_own_stops_the_blockers():
+    """A kernel's error is its op's; an error of the engine's own code on a worker thread (one
+    mutant of the light results left an op without its record) ends that thread, and the ops
+    it held never finish: the next blocker says so (EngineStopped, naming the worker and the
+    error) instead of waiting forever, and the engine still closes."""
+    with realexec.session(workers=1) as nd:
+        engine = nd._backend.engine
+
+        def broken(slot, label, log):
+            raise RuntimeError("an engine bug")
+
+        engine._run_python = broken  # the worker's way into a Python kernel
+        nd._backend.kernels = {**cpu.KERNELS, "relu": gated("relu", threading.Event())}
+        x = nd.ones((3,))
+        y = nd.relu(x)  # a Python kernel: the worker calls `_run_python`
+        start = time.perf_counter()
+        with pytest.raises(EngineStopped, match="engine's own.*an engine bug"):
+            y.wait_to_read()
+        assert time.perf_counter() - start < 5
 
 
 def test_nd_error_names_the_op_and_the_engine_stays_usable():

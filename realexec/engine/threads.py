@@ -45,6 +45,16 @@ class WorkerThreads:
             # numba seeds a thread's random state from os.urandom, with the GIL, at its first
             # use: here, so that no sampler in the loop waits for a GIL the frontend holds
             seed_thread()
+        try:
+            self._serve(state, lane, lane_index, label, index, core)
+        except BaseException as exc:  # an error of the engine's own (not a kernel's): the
+            # ops it held never finish, so every blocker stops at its next look (50 ms)
+            self._stopped = f"worker {label} stopped on an error of the engine's own: {exc!r}"
+            raise
+
+    def _serve(self, state, lane: Lane, lane_index: int, label: str, index: int,
+               core: int) -> None:
+        """The worker's life: the compiled loop, and the runs of Python ops it hands back."""
         failed, kind = layout.at(0, layout.F_FAILED), layout.at(0, layout.F_KIND)
         free = set(self._cores)  # while it runs Python ops (see the module docstring)
         while True:
