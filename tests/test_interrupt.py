@@ -196,3 +196,24 @@ def test_a_ctrl_c_inside_an_arrays_free_reaches_the_main_thread():
             del x
             time.sleep(5)  # the Ctrl-C comes back within milliseconds, and ends the sleep
         assert time.perf_counter() - start < 2.5
+
+
+def test_a_ctrl_c_in_an_arrays_finalizer_is_sent_again_and_not_lost(monkeypatch):
+    """The command line's SIGINT handler (`ndarray.interrupts_outside_finalizers`): in the
+    frame of a `__del__` it raises nothing (CPython would drop it) and sends the signal again
+    for after the finalizer; anywhere else it raises KeyboardInterrupt; and the previous
+    handler is back once it ends."""
+    from types import SimpleNamespace
+
+    from asyncsim.nd import ndarray
+
+    sent = []
+    monkeypatch.setattr(ndarray, "_interrupt_again", lambda: sent.append("again"))
+    previous = signal.getsignal(signal.SIGINT)
+    with ndarray.interrupts_outside_finalizers():
+        handler = signal.getsignal(signal.SIGINT)
+        handler(signal.SIGINT, SimpleNamespace(f_code=SimpleNamespace(co_name="__del__")))
+        assert sent == ["again"]
+        with pytest.raises(KeyboardInterrupt):
+            handler(signal.SIGINT, SimpleNamespace(f_code=SimpleNamespace(co_name="loop")))
+    assert signal.getsignal(signal.SIGINT) is previous and sent == ["again"]

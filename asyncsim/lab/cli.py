@@ -41,6 +41,7 @@ from asyncsim.lab.jobs import (
     simulator_on,
     summary_table,
 )
+from asyncsim.nd.ndarray import interrupts_outside_finalizers
 
 
 def _literal(text: str):
@@ -227,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         check_outputs(args)
-        status = COMMANDS[args.command](args)
+        with interrupts_outside_finalizers():  # a Ctrl-C is never lost in an array's free
+            status = COMMANDS[args.command](args)
         sys.stdout.flush()  # a closed pipe fails here, inside the handlers, not at exit
         return status
     except BrokenPipeError:  # `asyncsim list | head`: the reader left; stop quietly, as cat does
