@@ -62,8 +62,6 @@ class DroppedResults:
             if self._world is not None:  # a light result (`realexec.cpu.light`), or none
                 self._drop_light(var)
             return
-        if self._lent and ev in self._lent:  # its light reads back before its deletion
-            self._unlend(ev)
         drops = self._drops
         if (drops is not None and type(ev) is Var and ev.name == "cpu"
                 and ev.data.nbytes <= DROP_BYTES):

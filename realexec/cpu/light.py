@@ -221,12 +221,17 @@ class LightResults:
 def light_free(backend):
     """`backend.free` for an engine with light results: a var the var table does not hold is
     a light result (or none), held for the next push's call (`_drop_light`, written out: a
-    drop of a light result per op); any other var goes to `DroppedResults.free`."""
+    drop of a light result per op); any other var goes to `DroppedResults.free`, a lent one
+    with its light reads given back first (here, not there: the shipped engine's drop never
+    needs the look)."""
     vars_, general, drops = backend.vars, backend.free, backend._light_drops
-    cells = backend._cells
+    cells, lent = backend._cells, backend._lent
 
     def free(var: int) -> None:
-        if var in vars_:
+        ev = vars_.get(var)
+        if ev is not None:
+            if lent and ev in lent:
+                backend._unlend(ev)
             general(var)
             return
         drops.append(var)
