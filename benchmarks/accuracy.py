@@ -108,7 +108,8 @@ def wait_for_quiet(limit: float = 120.0) -> None:
             return
 
 
-def measure(scenario, workers: int, params: dict, repeat: int = 3, gate: Gate | None = None):
+def measure(scenario, workers: int, params: dict, repeat: int = 3, gate: Gate | None = None,
+            engine: str = "native"):
     """A warm-up run, then measured runs (the workload's prints are swallowed): at least
     `repeat`, and for a short workload more, SPACED apart (the cores kept busy meanwhile),
     until they span SPAN seconds (at most MAX_RUNS): this machine's speed changes from second
@@ -122,7 +123,7 @@ def measure(scenario, workers: int, params: dict, repeat: int = 3, gate: Gate | 
     traces, retaken = [], 0
     gate = gate or Gate()
     with contextlib.redirect_stdout(io.StringIO()), gc_paused():
-        run(scenario.workload, workers=workers, **params)
+        run(scenario.workload, workers=workers, engine=engine, **params)
         began = time.perf_counter()
         while len(traces) < repeat or (time.perf_counter() - began < SPAN
                                        and len(traces) < MAX_RUNS):
@@ -130,7 +131,8 @@ def measure(scenario, workers: int, params: dict, repeat: int = 3, gate: Gate | 
                 busy(SPACED)
             gate.wait()
             gc.collect()
-            trace = run(scenario.workload, workers=workers, **params).from_first_event()
+            trace = run(scenario.workload, workers=workers, engine=engine,
+                        **params).from_first_event()
             if not gate.holds() and retaken < RETAKES:
                 retaken += 1
                 continue
@@ -187,6 +189,8 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=None, help="scenario names")
     parser.add_argument("--repeat", type=int, default=3, help="measured runs per scenario, at "
                         "least (short ones run more often; see measure)")
+    parser.add_argument("--engine", default="native", choices=("native", "native-light"),
+                        help="the engine measured and calibrated (default: native)")
     parser.add_argument("--collections", type=int, default=1, help="calibrate and measure "
                         "this many times (each after the first calibrates again), and summarise "
                         "each scenario's error over them")
@@ -211,13 +215,15 @@ def collect(args, force: bool) -> list:
     if force:  # in a fresh process (see the module docstring); this one loads its profile
         subprocess.run([sys.executable, "-c", "from realexec.calibration.calibrate import "
                         f"calibrate; calibrate(workers={args.workers!r}, force=True, "
-                        f"progress={sys.stderr.isatty()!r})"], check=True)
-    profile = calibrate(workers=args.workers, progress=sys.stderr.isatty())
+                        f"progress={sys.stderr.isatty()!r}, engine={args.engine!r})"],
+                       check=True)
+    profile = calibrate(workers=args.workers, progress=sys.stderr.isatty(), engine=args.engine)
     keep(profile)
     workers = profile.workers
     us = {k: f"{getattr(profile, k) * 1e6:.1f} us" for k in
           ("t1", "t3", "free", "reclaim", "take", "dispatch", "wake", "gil", "release", "recheck",
-           "startup", "first_kind", "handover")}
+           "startup", "first_kind", "handover", "light", "light_free", "light_flush")
+          if k[:5] != "light" or profile.light}
     print(f"machine: {machine()}")
     background = profile.meta.get("measurements", {}).get("background load", float("nan"))
     print(f"profile: {profile.name}, calibrated {profile.meta.get('date')}, {workers} workers "
@@ -254,7 +260,8 @@ def collect(args, force: bool) -> list:
             busy(1.0)  # cores that idled run slower for seconds (realexec.calibration.steady)
             load = BackgroundLoad()
             before, blas_before = speed_probe(), product_probe()
-            meas, spread, retaken = measure(scenario, workers, params, args.repeat, gate)
+            meas, spread, retaken = measure(scenario, workers, params, args.repeat, gate,
+                                            args.engine)
             now = 0.5 * (before + speed_probe())
             blas_now = 0.5 * (blas_before + product_probe())
             others = load.cores()

@@ -54,6 +54,15 @@ class Issuing:
     """`issue`, `issue_same` and the kernel table they check (`kernels`)."""
 
     def issue(self, op, out_var, host) -> None:
+        if (self._world is not None and out_var is not None and host is None
+                and op.name in self._unary and len(op.reads) == 1 and op.device == "cpu"
+                and not self.gpus):
+            # an elementwise op of one array that did not come through `ND._same` (a gradient,
+            # `nd.invoke`): the light push's too, as the model takes every such op
+            # (`asyncsim.model.light`); it sends the rest on to the general path below
+            self._same(op.id, op.name, op.reads, out_var.id, out_var.shape, out_var.dtype,
+                       op.device, op.attrs, out_var.nbytes)
+            return
         engine = self.engine
         if engine.max_inflight is not None:
             engine.throttle(op.name, op.id)  # before reserving: the cap bounds memory too

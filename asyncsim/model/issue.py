@@ -20,6 +20,8 @@ The frontend walks `program.instrs`, one SimPy generator:
 - a notebook cell boundary (`Sync` of kind "cell", `nd.cell()`): the frontend idles until every
   op issued so far has finished, as a reader does between two cells, and pays nothing more: no
   t3, no blocker cost. Its "wait" span is named "cell".
+- on an engine with light results (`profile.light`), an elementwise op's small result follows
+  `asyncsim.model.light`'s rules: its issue, its drop and its buffer's return;
 - `Free` drops a handle (costing `profile.free`, or `free_pending` for a small result whose ops
   are running and `free_large` for one too large for a run: an "issue" span, where the profile
   has a price); a small result's deletion waits for `profile.drop_batch` drops in all, or the
@@ -87,11 +89,15 @@ class FrontendProcess:
                     yield from self._wait_for_table(len(self.ops) - profile.table)
                 if self.slots is not None:
                     yield from self._block_on(self.slots.get(1))
-                issue_cost, queue = self._prepare(ins)
+                light = self._light(ins)
+                issue_cost, queue = self._prepare(ins, light)
                 if gil is not None:
                     yield from self._take_gil()
                 start = env.now
-                if ins.fresh:
+                if light:  # its call deletes the held drop first, and takes no kept result
+                    self._light_push()
+                    self._reserve(ins.out, stashed=False)
+                elif ins.fresh:
                     from_gpu = ins.attrs.get("src", "cpu")[0] == "g"
                     if self._reserve(ins.out, stashed=not from_gpu) and profile.take:
                         issue_cost = max(0.0, issue_cost - profile.take)
@@ -112,6 +118,8 @@ class FrontendProcess:
                     position = self._push(ins, queue)
                     if host.wake and host.wakes > wakes:
                         yield from spend(host.wake)
+                if light or self.light_vars:
+                    self._light_pushed(ins, position, light)
                 # a wait for the engine's table is part of the push, as realexec times it
                 spans.append(Span("frontend", ins.name, ins.id, began if full else start, env.now,
                                   "issue"))
@@ -128,6 +136,8 @@ class FrontendProcess:
                 start = env.now
                 if self.drops or self.stash:
                     self._delete_drops()
+                if self.light_vars or self.light_late:
+                    self._light_flush(ins.var)
                 event = self._wait_for(ins.var)
                 asleep = False  # the wait outlasted the spin: a futex wakes the frontend
                 if event is not None:
@@ -138,6 +148,8 @@ class FrontendProcess:
                         asleep = host.asleep
                         host.frontend_woke()
                 given = self._given_back_after(start)
+                if self.light_late:  # what the wait let finish
+                    self._light_due()
                 if ins.kind == CELL:  # a user between notebook cells: no blocker returns
                     spans.append(Span("frontend", CELL, -1, start, env.now, "wait"))
                     continue
@@ -153,15 +165,19 @@ class FrontendProcess:
                 seen.add(ins.kind)
                 spans.append(Span("frontend", ins.kind, -1, start, env.now, "wait"))
             elif kind is Free:
+                # a light result's drop (`asyncsim.model.light`) has its own price and rules
+                light = self._light_free(ins.var) if self.light_vars else None
                 drops = self.drops
-                small = drops is not None and self._small(ins.var)
-                price = self._drop_price(ins.var, small)
+                small = light is None and drops is not None and self._small(ins.var)
+                price = self._drop_price(ins.var, small) if light is None else light
                 if price:
                     if gil is not None:
                         yield from self._take_gil()
                     start = env.now
                     yield from spend(price)
                     spans.append(Span("frontend", "free", -1, start, env.now, "issue"))
+                if light is not None:
+                    continue
                 if small:
                     drops.append(ins.var)
                     if len(drops) >= profile.drop_batch:
@@ -171,6 +187,8 @@ class FrontendProcess:
             elif kind is Mark:
                 if self.drops or self.stash:
                     self._delete_drops()
+                if self.light_vars or self.light_late:
+                    self._light_flush()
                 # where the memory samples stood at this mark: the RSS model reads a region's
                 # ends there, not among samples that share the mark's instant
                 self.mark_samples.append((ins.label, ins.begin, len(self.memory)))
@@ -186,6 +204,8 @@ class FrontendProcess:
                     yield from spend(cost.latency)
         if self.drops or self.stash:  # realexec's trace and close hand the last ones over
             self._delete_drops()
+        if self.light_vars or self.light_late:
+            self._light_end()
         if gil is not None:
             gil.release(FRONTEND)
         if host is not None:

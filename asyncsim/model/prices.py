@@ -57,9 +57,10 @@ class RecentKinds:
 class Pricing:
     """How one run prices its ops and picks their lanes (see the module's docstring)."""
 
-    def _prepare(self, op: Op) -> tuple[float, object]:
+    def _prepare(self, op: Op, light: bool = False) -> tuple[float, object]:
         """Price `op` and pick its lane queue (cached per op name, devices and geometry); return
-        its issue cost and that queue."""
+        its issue cost and that queue. A `light` push (`asyncsim.model.light`) costs
+        `profile.light` in place of its issue price."""
         broadcast = op.name in BROADCASTING and self._broadcast(op)
         key = (op.name, op.device, op.attrs.get("src"), broadcast, op.attrs.get("graph"),
                op.attrs.get("phase"), op.geometry)
@@ -94,7 +95,10 @@ class Pricing:
             self.host.prepare(op, lane_cost, link,
                               broadcast and not native_broadcast(op, self.program.vars), cold,
                               warm, cold_price, from_dram)
-        cost = self.profile.t1 if issue_cost is None else issue_cost.time(op.nbytes, op.flops)
+        if light:
+            cost = self.profile.light
+        else:
+            cost = self.profile.t1 if issue_cost is None else issue_cost.time(op.nbytes, op.flops)
         if self.kinds_issued is not None:
             factor = self.kinds_issued.factor(op.name)
             if not phased:  # a phase's cost was timed on mixed sequences already

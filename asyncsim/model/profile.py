@@ -63,7 +63,9 @@ data a loop has let fall out of the caches (`asyncsim.model.caches`).
 after their last handle was dropped (the compiled engine gives them back there, not at the drop).
 `drop_batch` (0: off): small dropped results deleted together, that many at a time (the done ones
 of a full run kept for the next outputs of their shape: `asyncsim.model.issue`); `take` (0: off):
-what an issue saves when its output takes one of those kept results.
+what an issue saves when its output takes one of those kept results. `light` (0: off; with
+`native`): the engine keeps small elementwise results in its compiled state, at `light` a push
+and `light_free` or `light_flush` a drop (`asyncsim.model.light`).
 
 `after_gemm` (0: off): the factor by which a streaming CPU op's bytes time stretches when it runs
 on a worker within `asyncsim.model.places.AFTER_GEMM_S` of a product or convolution there (costs
@@ -186,6 +188,14 @@ class Profile(Rules):
     # lock, counts and memory sample and a new var); the issue costs are timed with outputs
     # from the pool. 0: off
     take: float = 0.0
+    # (with `native`) the engine keeps small elementwise results in its compiled state
+    # (`asyncsim.model.light`): a light push's issue price; 0: the engine makes no light
+    # results. `light_free`: a light result's drop, held for the next push's call;
+    # `light_flush`: one made while a drop is held, which deletes that one in a call (0:
+    # `light_free`)
+    light: float = 0.0
+    light_free: float = 0.0
+    light_flush: float = 0.0
     # how much slower a streaming CPU op (elementwise, reduction, copy, a layer's normalisation
     # or pooling) runs right after a product or a convolution on its worker, as a factor of its
     # bytes time (0 or 1: off); `asyncsim.model.host` says for how long

@@ -60,6 +60,7 @@ from asyncsim.model import host
 from asyncsim.model.caches import LastLevelCache
 from asyncsim.model.deps import DepTracker
 from asyncsim.model.issue import FRONTEND, FrontendProcess
+from asyncsim.model.light import LightRules
 from asyncsim.model.prices import Pricing, RecentKinds
 from asyncsim.model.profile import Profile, ProfileError, device_kind
 from asyncsim.nd.program import Op, Program
@@ -97,7 +98,7 @@ class _Queue:
         return event
 
 
-class _Model(FrontendProcess, Pricing):
+class _Model(FrontendProcess, Pricing, LightRules):
     """One simulation run: the shared state that the processes (the lanes below, the frontend in
     `asyncsim.model.issue`) and the op pricing (`asyncsim.model.prices`) read and update."""
 
@@ -128,6 +129,9 @@ class _Model(FrontendProcess, Pricing):
         self.low, self.finished_above, self.table_wait = 0, set(), None
         self.touching: dict = {}  # var -> count of unfinished ops that read or write it
         self.freed: set = set()  # vars dropped by the frontend but still touched
+        self._init_light()  # (the engine's small elementwise results: `asyncsim.model.light`)
+        # the low-water mark is followed for the table's wait and the light results' deletion
+        self.track_low = bool(profile.table) or self.light_on
         # when each buffer of a dropped var was released since the frontend's last push or
         # blocker: the compiled engine gives them back there (`profile.reclaim` each)
         self.unclaimed: list[float] = []
@@ -228,7 +232,7 @@ class _Model(FrontendProcess, Pricing):
             self.idle_event = None
         if self.slots is not None:
             self.slots.put(1)
-        if self.profile.table:
+        if self.track_low:
             self._lower_mark(position)
         return released
 

@@ -255,6 +255,7 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
                    after_gemm=raw.get("after_gemm", {}).get("after_gemm", 0.0),
                    t3_asleep=raw.get("t3_after_sleep", 0.0),
                    forget=caches.fit_forget(raw["forget"]) if "forget" in raw else 0.0,
+                   **_light_prices(raw, meta),
                    foreign=raw.get("places", {}).get("foreign", 0.0),
                    foreign_gemm=raw.get("places", {}).get("foreign_gemm", 0.0),
                    meta=json.loads(json.dumps({**meta, "measurements": raw})))  # as saved
@@ -306,12 +307,13 @@ def _code_digest() -> str:
     return digest.hexdigest()[:12]
 
 
-def cache_path(workers: int, quick: bool, gpu: bool = False) -> Path:
-    """Where the profile for this machine, these versions, this code and these settings is
-    cached."""
+def cache_path(workers: int, quick: bool, gpu: bool = False, engine: str = "native") -> Path:
+    """Where the profile for this machine, these versions, this code, these settings and this
+    engine is cached."""
     settings = QUICK if quick else FULL
     key = json.dumps([VERSION, platform.node(), machine(), _versions(), _code_digest(), workers,
-                      asdict(settings), _gpu_name() if gpu else None], sort_keys=True)
+                      asdict(settings), _gpu_name() if gpu else None]
+                     + ([engine] if engine != "native" else []), sort_keys=True)
     digest = hashlib.sha1(key.encode()).hexdigest()[:12]
     host = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in platform.node()) or "here"
     return cache_dir() / f"profile-{host}-w{workers}{'-quick' if quick else ''}-{digest}.json"
@@ -330,6 +332,13 @@ def _gpu_name() -> str:
     return "CUDA simulator" if gpu.on_simulator() else _device_name(0)
 
 
+def _light_prices(raw: dict, meta: dict) -> dict:
+    """A light engine's prices (`realexec.calibration.light`); none on the shipped engine."""
+    if meta.get("engine") != "native-light" or "light" not in raw:
+        return {}
+    return {key: raw["light"][key] for key in ("light", "light_free", "light_flush")}
+
+
 def _take(raw: dict, t1: float) -> float:
     """`take` at t1's pace (see the module docstring)."""
     take = raw["take"]
@@ -337,15 +346,19 @@ def _take(raw: dict, t1: float) -> float:
 
 
 def calibrate(workers: int | None = None, quick: bool = False, cache: bool = True,
-              progress: bool = True, force: bool = False, gpu: bool | None = None) -> Profile:
-    """This machine's Profile for `workers` CPU workers, measured (or loaded from the cache);
+              progress: bool = True, force: bool = False, gpu: bool | None = None,
+              engine: str = "native") -> Profile:
+    """This machine's Profile for `workers` CPU workers on `engine` ("native", or
+    "native-light": with the light results' prices), measured (or loaded from the cache);
     with `gpu` (default: when a real GPU is here, not the simulator) gpu(0)'s costs and links
     too (`realexec.calibration.gpu`), for every GPU of the machine."""
+    if engine not in ("native", "native-light"):
+        raise ValueError(f"calibrate: engine must be 'native' or 'native-light', got {engine!r}")
     gpu = _real_gpu() if gpu is None else bool(gpu)
     workers = default_workers() if workers is None else int(workers)
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
-    path = cache_path(workers, quick, gpu)
+    path = cache_path(workers, quick, gpu, engine)
     if cache and not force and path.exists():
         with contextlib.suppress(ProfileError, OSError, ValueError, KeyError):
             return Profile.load(path)
@@ -354,7 +367,7 @@ def calibrate(workers: int | None = None, quick: bool = False, cache: bool = Tru
     gc.disable()  # a collection pauses every thread for up to ~100 ms: no part of a cost
     load = microbench.BackgroundLoad()
     try:
-        raw = _measure(workers, settings, progress)
+        raw = _measure(workers, settings, progress, engine)
     finally:
         if enabled:
             gc.enable()
@@ -368,7 +381,7 @@ def calibrate(workers: int | None = None, quick: bool = False, cache: bool = Tru
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "versions": _versions(), "workers": workers, "quick": quick,
             "settings": asdict(settings), "calibration_version": VERSION,
-            "code": _code_digest(), "engine": "native"}  # what `session` runs by default
+            "code": _code_digest(), "engine": engine}
     profile = _profile(platform.node() or "here", workers, raw, meta)
     if gpu:
         from realexec.calibration.gpu import with_gpu

@@ -307,7 +307,7 @@ def with_gpu(profile, quick: bool = False, index: int = 0, progress: bool = Fals
 
     busy(0.0 if quick else 1.0)  # idle cores run slower for a while (realexec.calibration.steady)
     try:
-        with session(workers=profile.workers) as nd:
+        with session(workers=profile.workers, engine="native") as nd:
             costs, links, raw = measure_gpu(nd, settings, index, progress=step)
     finally:
         bar.close()

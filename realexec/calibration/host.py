@@ -147,7 +147,7 @@ def fresh(workers: int, sizes, rounds: int, warm: int = 5, pause: float = 0.0) -
         for n in sizes:
             busy(pause)
             gc.collect()
-            with session(workers=workers) as nd:
+            with session(workers=workers, engine="native") as nd:
                 start = perf_counter_ns()
                 nd.ones((8,)).wait_to_read()
                 firsts.append((perf_counter_ns() - start) * 1e-9)

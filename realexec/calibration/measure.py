@@ -23,6 +23,7 @@ from realexec.calibration import (
     firsts,
     frees,
     issuing,
+    light,
     microbench,
     places,
     training,
@@ -192,8 +193,10 @@ def _at_once(fn, *args, **kwargs):
     return fn(*args, **kwargs)
 
 
-def _measure(workers: int, settings: Settings, progress: bool) -> dict:
-    """Run every microbenchmark; everything measured (raw numbers, fitted by `_profile`)."""
+def _measure(workers: int, settings: Settings, progress: bool, engine: str = "native") -> dict:
+    """Run every microbenchmark; everything measured (raw numbers, fitted by `_profile`). Every
+    price but a light result's is the shipped engine's (`engine="native"`); on
+    `engine="native-light"` the light results' prices too (`realexec.calibration.light`)."""
     from tqdm.auto import tqdm
 
     raw: dict = {}
@@ -224,7 +227,7 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
     raw["fresh"] = step(microbench_host.fresh, workers, s.blocker_sizes, s.fresh_rounds,
                         pause=s.spread / 4)
     bar.update()
-    with session(workers=workers) as nd:
+    with session(workers=workers, engine="native") as nd:
         bench = microbench._Bench(nd, workers)
         bar.set_postfix_str("frontend")
         front = step(microbench.frontend, bench, s.issue_ops, s.loops, s.spread)
@@ -283,6 +286,9 @@ def _measure(workers: int, settings: Settings, progress: bool) -> dict:
         bar.set_postfix_str("concurrency")
         raw["concurrency"] = step(_concurrency, bench, s) if workers > 1 else {}
         bar.update()
+    if engine == "native-light":
+        bar.set_postfix_str("light results")
+        raw["light"] = step(light.light_prices, workers, s.issue_ops, s.loops, s.spread / 4)
     if gate:
         raw["gate"] = gate.summary()
     probes.append(speed_probe())

@@ -108,8 +108,9 @@ class LightResults:
             self._cells.pop(var, None)
 
     def _flush_light(self, keep: int = 0) -> None:
-        """Delete the dropped light results but the last `keep`, give back the late buffers
-        whose ops are done, and read the memory log out."""
+        """Delete the dropped light results but the last `keep` and give back the late buffers
+        whose ops are done; with none kept (a blocker, a mark, the trace, the close), or the log
+        half full, read the memory log out."""
         world, drops = self._world, self._light_drops
         while len(drops) > keep:
             try:
@@ -118,8 +119,10 @@ class LightResults:
                 break
             while world.drop(world.addr, var) == LATE_FULL:  # a rare backlog: let ops finish
                 self.engine.wait_all()
-        world.due(world.addr, self.engine._closed)
-        self._read_light_log()
+        if not keep:
+            world.due(world.addr, self.engine._closed)
+        if not keep or world.log_half_full():
+            self._read_light_log()
 
     def _read_light_log(self) -> None:
         block = self._world.read_log()

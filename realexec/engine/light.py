@@ -196,13 +196,14 @@ PUSH_TYPES = (*[types.int64] * 8, types.float64, *[types.int64] * 3)
 
 @njit(cache=True)
 def drop(addr, var):
-    """`push`'s deletion on its own: 1 (given back), 0 (late, or not here) or LATE_FULL."""
+    """`push`'s deletion on its own, with the late buffers whose ops are done given back as a
+    push gives them: 1 (given back), 0 (late, or not here) or LATE_FULL (nothing done)."""
     (w, keys, offs, sizes, dims, rows, links, pool, preds, spare, nfree, made, lates,
      logs) = parts(addr)
     s = carray(pointer(w[STATE]), w[STATE_LEN], np.int64)
-    done = _drop(w, keys, offs, sizes, rows, links, pool, preds, spare, nfree, lates, var,
-                 load(s, layout.H_LOW))
-    if done > 0:
+    low = load(s, layout.H_LOW)
+    done = _drop(w, keys, offs, sizes, rows, links, pool, preds, spare, nfree, lates, var, low)
+    if done >= 0 and done + give_back_due(w, lates, spare, nfree, low):
         log_live(w, logs, now_ns())
     return done
 
@@ -318,6 +319,7 @@ class Light:
         self.drop = t.entry(drop, (types.int64, types.int64))
         self.due = t.entry(due, (types.int64, types.boolean))
         self.out = np.zeros(7 + nodes, np.int64)  # `adopt`'s answer
+        self.logs = logs
 
     def adopt(self, var: int):
         """(offset, bytes, shape, dtype code, last write or None, reads) of light result
@@ -345,6 +347,10 @@ class Light:
     @property
     def live(self) -> int:
         return int(self.words[LIVE])
+
+    def log_half_full(self) -> bool:
+        """Whether the memory log is half full (a push's `READ_LOG`): time to read it out."""
+        return bool(self.logs) and 2 * int(self.words[LOGN]) >= self.logs
 
     def read_log(self) -> np.ndarray:
         """The (time ns, live bytes) entries logged since the last read, as an (n, 2) array,
