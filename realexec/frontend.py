@@ -48,7 +48,7 @@ import numpy as np
 from asyncsim.nd.trace import Span, Trace, device_lanes
 from realexec.cpu import kernels as cpu
 from realexec.cpu.drops import DroppedResults
-from realexec.cpu.light import LightResults, LightVar
+from realexec.cpu.light import NOT_LIGHT, LightResults, LightVar
 from realexec.engine.core import Engine
 from realexec.engine.lanes import FRONTEND, default_workers
 from realexec.engine.memory import Pool, RssProbe
@@ -113,6 +113,10 @@ class EngineBackend(Issuing, GpuBackend, DroppedResults, LightResults):
                 if self.gpus:
                     self._settle()
                 return None
+            if self._world is not None and var not in self.vars:  # (`in`: no adoption)
+                got = self._sync_light(kind, var)
+                if got is not NOT_LIGHT:
+                    return str(got) if kind == "print" else got
             ev = self.vars[var]
             self.engine.wait_for_var(ev)
             if type(ev) is StreamVar and ev.name != "cpu":
@@ -126,7 +130,7 @@ class EngineBackend(Issuing, GpuBackend, DroppedResults, LightResults):
             # a print is formatted inside the wait span, as the model draws it
             return str(data) if kind == "print" else data
         finally:
-            if self._world is not None:  # what the wait let finish
+            if self._world is not None and self._world.late():  # what the wait let finish
                 self._flush_light()
             end = perf_counter_ns()
             self.engine.log.append((FRONTEND, "wait", kind, -1, start, end))
@@ -185,7 +189,7 @@ class EngineBackend(Issuing, GpuBackend, DroppedResults, LightResults):
         if self._drops or self._kept:
             self._give_back_drops()
         if self._world is not None:
-            self._flush_light()
+            self._flush_light(read=True)
         t0 = self.engine.origin_ns
 
         def secs(ns: int) -> float:
@@ -219,7 +223,7 @@ class EngineBackend(Issuing, GpuBackend, DroppedResults, LightResults):
             self._drops = None  # a result dropped after the run goes back at once
             self.engine.close(cancel)
             if self._world is not None:  # every op done: every light buffer that went is back
-                self._flush_light()
+                self._flush_light(read=True)
         finally:
             if self.gpus:
                 if cancel or self.engine.stopped:

@@ -137,7 +137,7 @@ class FrontendProcess:
                 if self.drops or self.stash:
                     self._delete_drops()
                 if self.light_vars or self.light_late:
-                    self._light_flush(ins.var)
+                    self._light_flush()
                 event = self._wait_for(ins.var)
                 asleep = False  # the wait outlasted the spin: a futex wakes the frontend
                 if event is not None:

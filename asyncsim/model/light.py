@@ -13,8 +13,9 @@ Then:
 - a deleted result's buffer goes back at once when every op up to the last that touched it has
   finished (the engine's low-water mark), else it waits on a late list, in order, for the next
   light push or blocker or mark after that (and one more look once a blocker's wait is over);
-- a light result that a blocker waits on, or that an op of another kind reads or writes, becomes
-  an ordinary var (Python adopts it) and follows the shipped rules from then on.
+- a blocker on a light result leaves it light (realexec reads its buffer where it lies); one
+  that an op of another kind reads or writes becomes an ordinary var (Python adopts it) and
+  follows the shipped rules from then on.
 
 Not modelled: a light push whose input is a Python var still being written (it passes the
 input by address: a second call, 0.5 us), and the look a blocker makes per deletion (inside its
@@ -98,16 +99,13 @@ class LightRules:
         self.light_held = var
         return price
 
-    def _light_flush(self, var: int | None = None) -> None:
-        """A blocker (on `var`; None: none or every var) or a mark: the held drop deleted, the
-        done late buffers back, and the var a blocker waits on adopted."""
+    def _light_flush(self) -> None:
+        """A blocker or a mark: the held drop deleted, the done late buffers back."""
         if self.light_held is not None:
             self._light_delete(self.light_held)
             self.light_held = None
         if self.light_late:
             self._light_due()
-        if var is not None:
-            self.light_vars.pop(var, None)
 
     def _light_end(self) -> None:
         """The program's end: the held drop deleted; what is late goes back as its ops finish

@@ -6,9 +6,12 @@ On an engine made with `light=True` (`realexec.session(engine="native-light")`, 
 the push of `y = f(x)` on cpu(0) with a result of at most `LIGHT_BYTES` makes no engine var, no
 pool array and no entry in the Python analysis (`realexec.unary.light_push`). A light result
 becomes a Python var (`LightVar`, over its buffer in the arena) the first time Python asks the
-backend's var table for it (`Vars.__missing__`): a blocker, an op of another kind, a GPU copy.
+backend's var table for it (`Vars.__missing__`): an op of another kind, a GPU copy.
 Its last write and its reads move to the Python analysis then, and its buffer goes back to the
-arena, not the pool, once every op on it is done (`_delete`).
+arena, not the pool, once every op on it is done (`_delete`). A blocker on a light result does
+not adopt it: it waits for its last write, raises its cell's failure if it has one, and reads
+its buffer in the arena (`_sync_light`); the result stays light, so its drop is a light one
+too.
 
 Drops: a dropped light result waits in `_light_drops` for the next push, whose call deletes it
 first; a second drop before that push, and every blocker, mark, trace and close, deletes it in a
@@ -34,6 +37,7 @@ from realexec.engine.light import HELD, LATE_FULL, NO_VAR, OP_BITS, READ_LOG, Li
 from realexec.issuing import _address_of
 
 _DTYPES = (np.dtype("float32"), np.dtype("float64"))  # by code (`realexec.cpu.native_ops`)
+NOT_LIGHT = object()  # `_sync_light`'s answer for a var it leaves to the general blocker
 
 
 class LightVar(Var):
@@ -107,10 +111,10 @@ class LightResults:
         if self._cells:
             self._cells.pop(var, None)
 
-    def _flush_light(self, keep: int = 0) -> None:
-        """Delete the dropped light results but the last `keep` and give back the late buffers
-        whose ops are done; with none kept (a blocker, a mark, the trace, the close), or the log
-        half full, read the memory log out."""
+    def _flush_light(self, keep: int = 0, read: bool = False) -> None:
+        """Delete the dropped light results but the last `keep` (each call gives back the late
+        buffers whose ops are done; with none kept, the late list is looked at anyway) and,
+        with `read` (the trace, the close) or the log half full, read the memory log out."""
         world, drops = self._world, self._light_drops
         while len(drops) > keep:
             try:
@@ -119,15 +123,29 @@ class LightResults:
                 break
             while world.drop(world.addr, var) == LATE_FULL:  # a rare backlog: let ops finish
                 self.engine.wait_all()
-        if not keep:
+        if not keep and world.late():
             world.due(world.addr, self.engine._closed)
-        if not keep or world.log_half_full():
+        if read or world.log_half_full():
             self._read_light_log()
 
     def _read_light_log(self) -> None:
         block = self._world.read_log()
-        if len(block):
+        if block is not None:
             self._light_log.append(block)
+
+    def _sync_light(self, kind: str, var: int):
+        """A blocker on frontend var `var` if it is a light result: its last write waited for
+        (OpError if its cell has a failure), its buffer read where it lies, the result left
+        light (its drop stays a light one); else `NOT_LIGHT`."""
+        got = self._world.peek(var)
+        if got is None:
+            return NOT_LIGHT
+        off, shape, dtype, writer = got
+        self.engine.wait_for_token(writer, self._cells.get(var) if self._cells else None)
+        if kind == "wait_to_read":
+            return None
+        data = np.ndarray(shape, _DTYPES[dtype], self._world.arena, off)
+        return data.copy() if kind == "asnumpy" else data
 
     def _lend(self, x, rid: int, token: int) -> tuple[int, int]:
         """For a light push of op `token` reading Python var `x` (frontend var `rid`): (0, -1)
@@ -199,7 +217,8 @@ class LightResults:
 
     def _release_light(self, off: int, nbytes: int) -> None:
         self._world.release(off, nbytes)
-        self._read_light_log()
+        if self._world.log_half_full():
+            self._read_light_log()
 
     def _with_light(self, samples: list) -> list:
         """The CPU pool's samples (t_ns, "cpu", bytes) with the arena's live bytes added, at

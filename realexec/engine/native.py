@@ -178,9 +178,13 @@ class NativeEngine(Pushes, WorkerThreads, DeferredFrees, TableSpans, shutdown.En
     # -- blockers ------------------------------------------------------------------------------
     def wait_for_var(self, var) -> None:
         """Return when every write pushed on `var` so far has finished; OpError if poisoned."""
+        self.wait_for_token(self._deps.last_write(var), var)
+
+    def wait_for_token(self, token: int | None, var=None) -> None:
+        """Return when op `token` (None or -1: none) has finished; OpError if `var` (the var
+        it writes, or a light result's cell: `realexec.cpu.light`) is poisoned."""
         if self._forked:
             raise EngineStopped(self._stopped)
-        token = self._deps.last_write(var)
         if token is not None and token >= self._buf[layout.H_LOW]:
             self._wait(0, token)
         if self._frees:
