@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from time import perf_counter_ns
 
-from realexec.cpu.light import new_cell_for
 from realexec.cpu.worker import SCALAR
 from realexec.engine import layout
 from realexec.engine import table as t
@@ -102,14 +101,13 @@ def light_push(backend):
     compiled call (`realexec.engine.light.push`) with the input's var id, the output's var id
     and the drop held back for it. An input the state does not hold is a Python var: lent to it
     (`realexec.cpu.light.LightResults._lend`) when its last write is done, so the next pushes
-    that read it find it there; or, while that write runs, passed by address with that write as
-    the predecessor and the op's record kept, for a failure to find. Every other push is
-    `unary_push`'s, and so is one the call could not make (nothing of it done)."""
+    that read it find it there; while that write runs, the op takes `unary_push`'s path (see
+    `realexec.cpu.light`). Every other push is `unary_push`'s, and so is one the call could not
+    make (nothing of it done)."""
     engine = backend.engine
     heavy, world = unary_push(backend), backend._world
-    ops, mask = engine._ops, engine.cap - 1
-    push, addr, drops, cells = world.push, world.addr, backend._light_drops, backend._cells
-    buf = engine._buf
+    push, addr, drops = world.push, world.addr, backend._light_drops
+    buf, vars_, lent, lend = engine._buf, backend.vars, backend._lent_ids, backend._lend
 
     def issue_same(op_id, name, reads, var, shape, dtype, device, attrs, nbytes) -> None:
         op = backend._light_codes.get(name)  # its op code and name's number, packed
@@ -119,8 +117,12 @@ def light_push(backend):
             d0, d1 = shape
         except ValueError:  # not a matrix: a vector, a scalar, or (0, 0) for more dimensions
             d0, d1 = (shape[0], -1) if len(shape) == 1 else (-1, -1) if not shape else (0, 0)
+        rid = reads[0]
         if (op < 0 or not 0 < nbytes <= LIGHT_BYTES or device != "cpu" or d1 == 0
-                or backend.gpus or engine._closed or engine._tainted):
+                or backend.gpus or engine._closed or engine._tainted
+                # a Python var not lent: lent now if its last write is done, else the op goes
+                # the general way (`realexec.cpu.light`)
+                or rid not in lent and rid in vars_ and not lend(vars_[rid], rid)):
             heavy(op_id, name, reads, var, shape, dtype, device, attrs, nbytes)
             return
         t_issue = perf_counter_ns()
@@ -129,12 +131,6 @@ def light_push(backend):
             engine._harvest(token)  # spans read out, or a wait for the slot's last op
         if engine._frees and buf[_DONE] != engine._frees_seen:
             engine._run_frees()
-        rid = reads[0]
-        if cells:  # a light input that a failure could reach: the op's record and a cell
-            source = cells.get(rid)
-            if source is not None:
-                ops[token & mask] = (name, op_id, (source,), (new_cell_for(cells, var),), None,
-                                     ())
         dcode, scalar = _CODES[dtype], attrs.get("scalar", 0.0)
         dropped = drops.pop() if drops else -1
         answer = push(addr, token, op, dcode, rid, var, d0, d1, scalar, op_id, t_issue,

@@ -73,6 +73,7 @@ def test_a_light_result_has_no_python_var_until_python_asks():
     with light_session() as nd:
         backend = nd._backend
         x = nd.ones((2, 3))
+        x.wait_to_read()  # (its write done: lent, and read by light pushes)
         ys = [x + i for i in range(10)]
         big = nd.ones((40, 40)) + 1  # 6400 bytes: not light
         ids = [y.var for y in ys]
@@ -128,12 +129,29 @@ def test_a_bounded_trace_keeps_no_more_light_samples(trace):
     assert len([s for s in samples if s[1] == "cpu"]) <= (trace or 0) + 1
 
 
-def test_a_failure_upstream_reaches_a_light_result():
+def test_an_input_still_being_written_sends_the_op_the_general_way():
+    """A light result read by the next op of another kind would be adopted; so an op whose
+    input's last write still runs takes the general push, and its output is a Python var."""
+    gate = threading.Event()
+    with light_session() as nd:
+        backend = nd._backend
+        backend.kernels = {**cpu.KERNELS, "ones": gated("ones", gate)}
+        x = nd.ones((2, 2))  # held at the gate
+        y = x + 1
+        assert y.var in backend.vars and not backend._lent
+        gate.set()
+        x.wait_to_read()
+        z = x + 2  # x's write done: lent, and z light
+        assert z.var not in backend.vars and backend.vars[x.var] in backend._lent
+        np.testing.assert_array_equal(y.asnumpy() + z.asnumpy(), np.full((2, 2), 5, np.float32))
+
+
+def test_a_failure_upstream_reaches_the_results_behind_it():
     with light_session() as nd:
         nd._backend.kernels = {**cpu.KERNELS, "relu": broken_kernel}
         x = nd.ones((3,))
         y = nd.relu(x)  # fails on a worker
-        z = (y + 1) * 2  # light, behind it
+        z = (y + 1) * 2  # behind it: the general push, which passes the failure on
         with pytest.raises(OpError, match="relu"):
             z.asnumpy()
         with pytest.raises(OpError, match="relu"):
@@ -142,9 +160,9 @@ def test_a_failure_upstream_reaches_a_light_result():
         np.testing.assert_array_equal((x + 1).asnumpy(), np.full(3, 2, np.float32))
 
 
-def test_a_failure_landing_after_adoption_is_the_adopted_vars():
-    """The op that fails is still running when Python adopts the light result two ops behind
-    it (a wait on it): the failure must reach the adopted var, not a cell Python dropped."""
+def test_a_failure_landing_late_reaches_the_blocker():
+    """The op that fails is still running when the frontend waits on a result two ops behind
+    it: the failure reaches that wait."""
     gate = threading.Event()
 
     def late_failure(inputs, out, attrs):

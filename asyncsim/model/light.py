@@ -3,8 +3,9 @@ live in its compiled state alone (realexec's `engine="native-light"`, `realexec.
 
 On such an engine (`profile.light` > 0, with `native`, no `max_inflight`), an op is *light*
 when its fresh output is the result of an elementwise op of one array of `LIGHT_OPS` on cpu(0),
-of at most `LIGHT_BYTES` and at most `LIGHT_DIMS` dimensions, issued before any GPU is used.
-Then:
+of at most `LIGHT_BYTES` and at most `LIGHT_DIMS` dimensions, issued before any GPU is used,
+and its input is a light result or an array whose last write has finished (realexec lends it
+to the compiled state; one still being written sends the op the general way). Then:
 - its issue costs `profile.light` (one compiled call, no pool `take`, no Python var) in place of
   the op's issue price; the frontend's other additions (`mix`, the first of its kind) stay;
 - its result's drop costs `profile.light_free` and is held for the next light push, whose call
@@ -17,14 +18,14 @@ Then:
   that an op of another kind reads or writes becomes an ordinary var (Python adopts it) and
   follows the shipped rules from then on.
 
-Not modelled: a light push whose input is a Python var still being written (it passes the
-input by address: a second call, 0.5 us), and the look a blocker makes per deletion (inside its
-t3, which the calibration times on the same engine).
+Not modelled: the look a blocker makes for deletions and late buffers (inside its t3, which
+the calibration times on the shipped engine), and the light call that finds an input still
+being written before the op takes the general path (0.4 us).
 
 Assumptions: `LightRules` is a mixin of `asyncsim.model.simulate._Model`, called by the
 frontend's walk (`asyncsim.model.issue`) in program order; it reads the model's `profile`,
-`program`, `slots`, `low` and `touching`, and gives buffers back with `_release`. Times are
-seconds of simulated time; bytes.
+`program`, `slots`, `low`, `finished_above`, `tracker` and `touching`, and gives buffers back
+with `_release`. Times are seconds of simulated time; bytes.
 """
 
 from __future__ import annotations
@@ -62,7 +63,13 @@ class LightRules:
         if not op.fresh or op.name not in LIGHT_OPS or len(op.reads) != 1 or op.device != "cpu":
             return False
         out = self.program.vars[op.out]
-        return 0 < out.nbytes <= LIGHT_BYTES and len(out.shape) <= LIGHT_DIMS
+        if not 0 < out.nbytes <= LIGHT_BYTES or len(out.shape) > LIGHT_DIMS:
+            return False
+        source = op.reads[0]
+        if source in self.light_vars:
+            return True
+        written = self.tracker.last_write(source)
+        return written is None or self._finished(written)
 
     def _light_pushed(self, op: Op, position: int, light: bool) -> None:
         """Note `op` (at `position`) on the light results it touches: a light push's output
@@ -134,3 +141,7 @@ class LightRules:
     def _light_done(self, last: int) -> bool:
         """Whether every op up to position `last` has finished (the engine's low-water mark)."""
         return last < self.low
+
+    def _finished(self, position: int) -> bool:
+        """Whether the op at `position` has finished."""
+        return position < self.low or position in self.finished_above

@@ -9,31 +9,31 @@ becomes a Python var (`LightVar`, over its buffer in the arena) the first time P
 backend's var table for it (`Vars.__missing__`): an op of another kind, a GPU copy.
 Its last write and its reads move to the Python analysis then, and its buffer goes back to the
 arena, not the pool, once every op on it is done (`_delete`). A blocker on a light result does
-not adopt it: it waits for its last write, raises its cell's failure if it has one, and reads
-its buffer in the arena (`_sync_light`); the result stays light, so its drop is a light one
-too.
+not adopt it: it waits for its last write and reads its buffer in the arena (`_sync_light`);
+the result stays light, so its drop is a light one too.
 
 Drops: a dropped light result waits in `_light_drops` for the next push, whose call deletes it
 first; a second drop before that push, and every blocker, mark, trace and close, deletes it in a
 call of its own (`_flush_light`). Appends and pops of that list are single steps, so a drop on
 another thread (a collection) is neither lost nor made twice.
 
-Failures: a light op can fail only by inheriting its input's failure. Its output gets a cell
-(a `LightVar` with no buffer yet) and the op a record for the engine's worker to poison by,
-when its input can carry one: a Python var whose last write is still in flight, or a light
-result that has a cell itself. The cell becomes the var if Python adopts the result, so a
-failure that lands after the adoption is the var's. Memory: the arena's live bytes, logged by
-the compiled calls, are added to the CPU pool's samples in the Trace (`_with_light`).
+Inputs: a light push reads a light result, or a Python var whose last write is done (lent to
+the state: `_lend`). A Python var whose last write still runs sends the op the general way: a
+light result there would be read by the next op of another kind as often as not (a dense
+layer's relu, read by the next layer), and its adoption costs more than the light push saves.
+So no light op can inherit a failure, but from a predecessor that failed after the frontend
+looked (`_tainted`): the call then answers `HELD`, and the result is adopted at once and the op
+recorded, for the worker to poison it by. Memory: the arena's live bytes, logged by the
+compiled calls, are added to the CPU pool's samples in the Trace (`_with_light`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from realexec.engine import layout
 from realexec.engine import table as t
 from realexec.engine.deps import Var
-from realexec.engine.light import HELD, LATE_FULL, NO_VAR, OP_BITS, READ_LOG, Light
+from realexec.engine.light import HELD, LATE_FULL, OP_BITS, READ_LOG, Light
 from realexec.issuing import _address_of
 
 _DTYPES = (np.dtype("float32"), np.dtype("float64"))  # by code (`realexec.cpu.native_ops`)
@@ -44,13 +44,6 @@ class LightVar(Var):
     """A Python var over a light result's buffer in the arena (at `off`)."""
 
     __slots__ = ("off",)
-
-
-def new_cell() -> LightVar:
-    """A light result's var-to-be: no buffer, no failure (a failed predecessor may set one)."""
-    cell = LightVar.__new__(LightVar)
-    cell.failure = None
-    return cell
 
 
 class Vars(dict):
@@ -70,8 +63,8 @@ class LightResults:
     def _init_light(self, engine, trace) -> None:
         self._world = None
         self._light_drops: list = []  # dropped light results, for the next call
-        self._cells: dict = {}  # light result -> its cell (see the module)
         self._lent: dict = {}  # Python var -> its frontend id, while lent (`_lend`)
+        self._lent_ids: set = set()  # their frontend ids (the light push looks here first)
         self._light_log: list = []  # blocks of (t_ns, live bytes of the arena), as arrays
         self._light_trace = trace
         if getattr(engine, "light", False):
@@ -89,10 +82,8 @@ class LightResults:
         if got is None:
             raise KeyError(var)
         off, nbytes, shape, dtype, writer, reads = got
-        ev = self._cells.pop(var, None) or new_cell()
-        failure = ev.failure
-        Var.__init__(ev, "cpu", np.ndarray(shape, _DTYPES[dtype], world.arena, off))
-        ev.failure, ev.off, ev.ptr = failure, off, world.arena.ctypes.data + off
+        ev = LightVar("cpu", np.ndarray(shape, _DTYPES[dtype], world.arena, off))
+        ev.off, ev.ptr = off, world.arena.ctypes.data + off
         deps = self.engine._deps
         if writer is not None and not self.engine._sync:  # (sync mode orders nothing)
             deps.writer[ev] = writer
@@ -108,8 +99,6 @@ class LightResults:
         drops.append(var)
         if len(drops) > 1:
             self._flush_light(keep=1)
-        if self._cells:
-            self._cells.pop(var, None)
 
     def _flush_light(self, keep: int = 0, read: bool = False) -> None:
         """Delete the dropped light results but the last `keep` (each call gives back the late
@@ -134,74 +123,61 @@ class LightResults:
             self._light_log.append(block)
 
     def _sync_light(self, kind: str, var: int):
-        """A blocker on frontend var `var` if it is a light result: its last write waited for
-        (OpError if its cell has a failure), its buffer read where it lies, the result left
-        light (its drop stays a light one); else `NOT_LIGHT`."""
+        """A blocker on frontend var `var` if it is a light result: its last write waited for,
+        its buffer read where it lies, the result left light (its drop stays a light one); else
+        `NOT_LIGHT`."""
         got = self._world.peek(var)
         if got is None:
             return NOT_LIGHT
         off, shape, dtype, writer = got
-        self.engine.wait_for_token(writer, self._cells.get(var) if self._cells else None)
+        self.engine.wait_for_token(writer)
         if kind == "wait_to_read":
             return None
         data = np.ndarray(shape, _DTYPES[dtype], self._world.arena, off)
         return data.copy() if kind == "asnumpy" else data
 
-    def _lend(self, x, rid: int, token: int) -> tuple[int, int]:
-        """For a light push of op `token` reading Python var `x` (frontend var `rid`): (0, -1)
-        once `x` is lent to the compiled state (its last write done: the push finds it there
-        by `rid`, and so do the next ones); else its address and its last write, with the read
-        noted in the Python analysis."""
+    def _lend(self, x, rid: int) -> bool:
+        """Lend Python var `x` (frontend var `rid`) to the compiled state if its last write is
+        done: the light pushes that read it find it there by `rid`. False if it still runs (or
+        the state's table is full)."""
         engine = self.engine
-        deps = engine._deps
-        writer = deps.last_write(x)
+        writer = engine._deps.last_write(x)
         if (writer is None or engine._done(writer)) and self._world.lend(
                 rid, x.ptr or _address_of(x), writer):
             self._lent[x] = rid
-            return 0, -1
-        if engine._sync:  # every op is done: nothing to order, nothing to note
-            return x.ptr or _address_of(x), -1
-        return x.ptr or _address_of(x), deps.add_fresh(token, x, None)
+            self._lent_ids.add(rid)
+            return True
+        return False
 
     def _unlend(self, x) -> None:
         """Lent var `x` back to the Python analysis, with the light pushes' reads of it: before
         an op writes it, and before its deletion."""
-        reads = self._world.unlend(self._lent.pop(x))
+        rid = self._lent.pop(x)
+        self._lent_ids.discard(rid)
+        reads = self._world.unlend(rid)
         if reads and not self.engine._sync:
             readers = self.engine._deps.readers
             readers[x] = sorted(readers.get(x, []) + reads)
 
     def _answered(self, answer, op_id, name, reads, var, shape, dtype, device, attrs, nbytes,
                   token, op, dcode, d0, d1, scalar, t_issue, dropped, heavy) -> int:
-        """What a light push does when its call did not simply push (`answer` not 0): an input
-        the state does not hold (lent, or read by address, then the call again); a call that
-        could do nothing (the general push instead: a new record, a real var; -1 returned); a
-        failed predecessor (the op's record, then the op let go); the log to read out."""
-        engine, world, cells = self.engine, self._world, self._cells
-        ops, slot = engine._ops, token & (engine.cap - 1)
+        """What a light push does when its call did not simply push (`answer` not 0): a call
+        that could do nothing (the general push instead: a new record, a real var; -1
+        returned); a failed predecessor (the result adopted, the op's record, then the op let
+        go); the log to read out."""
+        engine = self.engine
         rid = reads[0]
-        if answer == NO_VAR:  # a Python var: lent, or read by address
-            x = self.vars[rid]
-            a, pred = self._lend(x, rid, token)
-            if pred >= engine._buf[_LOW]:  # its last write runs: the record, a cell for the result
-                ops[slot] = (name, op_id, (x,), (new_cell_for(cells, var),), None, ())
-            answer = (world.push_from(world.addr, token, op, dcode, a, var, d0, d1, scalar,
-                                      pred, op_id, t_issue) if a else
-                      world.push(world.addr, token, op, dcode, rid, var, d0, d1, scalar, op_id,
-                                 t_issue, -1))
         if answer < 0:  # nothing of the op done
             if answer == LATE_FULL:
                 self._light_drops.append(dropped)
-            if cells:
-                cells.pop(var, None)
             heavy(op_id, name, reads, var, shape, dtype, device, attrs, nbytes)
             return -1
-        if answer & HELD:  # its predecessor failed meanwhile: the record, then let it go
-            if ops[slot] is None or ops[slot][1] != op_id:
-                x = self.vars.get(rid)
-                ops[slot] = (name, op_id, () if x is None else (x,), (new_cell_for(cells, var),),
-                             None, ())
-            t.release_held(engine.state, slot, 0)
+        if answer & HELD:  # its predecessor failed meanwhile: the result a Python var, for the
+            # worker that takes the op to poison by its record
+            x = self.vars.get(rid)
+            engine._ops[token & (engine.cap - 1)] = (name, op_id, () if x is None else (x,),
+                                                     (self.vars[var],), None, ())
+            t.release_held(engine.state, token & (engine.cap - 1), 0)
         if answer & READ_LOG:
             self._read_light_log()
         return answer
@@ -247,7 +223,7 @@ def light_free(backend):
     with its light reads given back first (here, not there: the shipped engine's drop never
     needs the look)."""
     vars_, general, drops = backend.vars, backend.free, backend._light_drops
-    cells, lent = backend._cells, backend._lent
+    lent = backend._lent
 
     def free(var: int) -> None:
         ev = vars_.get(var)
@@ -259,15 +235,6 @@ def light_free(backend):
         drops.append(var)
         if len(drops) > 1:
             backend._flush_light(keep=1)
-        if cells:
-            cells.pop(var, None)
 
     return free
 
-
-def new_cell_for(cells: dict, var: int) -> LightVar:
-    cell = cells[var] = new_cell()
-    return cell
-
-
-_LOW = layout.H_LOW

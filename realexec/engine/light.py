@@ -12,8 +12,8 @@ and the reads since). `push` does, in one call, what the Python push does with i
    `H_LOW` passes its last op (the DESIGN rule: a buffer is reused only after every op touching
    it has finished), looked at by every call;
 2. the input: a light result's buffer, or a Python var's lent to the state (`lend`: its last
-   write done), with its last write as the predecessor and this op as a read of it; or a
-   Python var's address and predecessor, which the frontend worked out;
+   write done), with its last write as the predecessor and this op as a read of it (any other
+   input: the frontend takes the general path);
 3. the output: a buffer of its class (a free one, or a new one off the arena's end), a slot, its
    write; then the op into the engine's table (`table.push_unary`) behind its predecessor.
 
@@ -124,23 +124,7 @@ def push(addr, token, op, dtype, in_var, out_var, d0, d1, scalar, op_id, issue, 
     light result or a lent var (NO_VAR if neither, the deletion done). The answer: LATE_FULL,
     nothing done; another negative one, the deletion done and nothing of the op (see the
     module); else the bits HELD (its predecessor failed: the op waits for the frontend's
-    `table.release_held`) and READ_LOG. (`push_from` reads a Python var by its address:
-    one entry for both would take two arguments more, 30 ns of a call's 500.)"""
-    return _push(addr, token, op & _CODE, dtype, 0, in_var, out_var, d0, d1, scalar, -1, op_id,
-                 op >> OP_BITS, issue, dropped)
-
-
-@njit(cache=True)
-def push_from(addr, token, op, dtype, in_addr, out_var, d0, d1, scalar, pred, op_id, issue):
-    """`push` reading the buffer at `in_addr` (a Python var), whose last write is `pred` (-1:
-    none), with no deletion."""
-    return _push(addr, token, op & _CODE, dtype, in_addr, -1, out_var, d0, d1, scalar, pred,
-                 op_id, op >> OP_BITS, issue, -1)
-
-
-@njit(cache=True)
-def _push(addr, token, code, dtype, in_addr, in_var, out_var, d0, d1, scalar, pred, op_id,
-          name, issue, dropped):
+    `table.release_held`) and READ_LOG."""
     (w, keys, offs, sizes, dims, rows, links, pool, preds, spare, nfree, made, lates,
      logs) = parts(addr)
     s = carray(pointer(w[STATE]), w[STATE_LEN], np.int64)
@@ -153,15 +137,12 @@ def _push(addr, token, code, dtype, in_addr, in_var, out_var, d0, d1, scalar, pr
             return changed
     changed += give_back_due(w, lates, spare, nfree, low)
     base = w[ARENA]
-    src = -1
-    if in_var >= 0:
-        src = find(keys, in_var)
-        if src < 0:
-            if changed:
-                log_live(w, logs, issue)
-            return NO_VAR
-        in_addr = offs[src] if sizes[src] == LENT else base + offs[src]
-        pred = rows[src, slotdeps.WRITER]
+    src = find(keys, in_var)
+    if src < 0:
+        if changed:
+            log_live(w, logs, issue)
+        return NO_VAR
+    in_addr = offs[src] if sizes[src] == LENT else base + offs[src]
     n = (d0 if d0 >= 0 else 1) * (d1 if d1 >= 0 else 1)  # (a dimension of -1 is none)
     nbytes = n * ITEMSIZE[dtype]
     slot = free_slot(keys, out_var)
@@ -170,7 +151,7 @@ def _push(addr, token, code, dtype, in_addr, in_var, out_var, d0, d1, scalar, pr
         if changed:
             log_live(w, logs, issue)
         return TABLE_FULL if slot < 0 else ARENA_FULL
-    if src >= 0 and not slotdeps.note_read(rows, links, pool, src, token, low):
+    if not slotdeps.note_read(rows, links, pool, src, token, low):
         give_back(w, spare, nfree, off, nbytes)
         if changed:
             log_live(w, logs, issue)
@@ -181,11 +162,12 @@ def _push(addr, token, code, dtype, in_addr, in_var, out_var, d0, d1, scalar, pr
     rows[slot, slotdeps.WRITER] = token
     log_live(w, logs, issue)  # one entry a call, at its issue: the deletion's and the take's
     answer = 0
+    code, name = op & _CODE, op >> OP_BITS
     if w[SYNC]:  # the op runs here and now, stamped as a worker would (sync mode)
         run_unary_stamped(s, token, code, dtype, n, in_addr, base + off, scalar, op_id, name,
                           issue)
     elif t.push_unary(s, token & (s[layout.H_CAP] - 1), token, SCALAR, code, dtype, n, in_addr,
-                      base + off, scalar, pred, op_id, name, issue):
+                      base + off, scalar, rows[src, slotdeps.WRITER], op_id, name, issue):
         answer = HELD
     if len(logs) and 2 * w[LOGN] >= len(logs):
         answer |= READ_LOG
@@ -334,7 +316,6 @@ class Light:
         w[SYNC] = sync  # each op run in its push (the engine's sync mode)
         self.addr = w.ctypes.data
         self.push = t.entry(push, PUSH_TYPES)
-        self.push_from = t.entry(push_from, PUSH_TYPES)
         self.drop = t.entry(drop, (types.int64, types.int64))
         self.due = t.entry(due, (types.int64, types.boolean))
         self.out = np.zeros(7 + nodes, np.int64)  # `adopt`'s answer

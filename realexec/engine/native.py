@@ -181,8 +181,9 @@ class NativeEngine(Pushes, WorkerThreads, DeferredFrees, TableSpans, shutdown.En
         self.wait_for_token(self._deps.last_write(var), var)
 
     def wait_for_token(self, token: int | None, var=None) -> None:
-        """Return when op `token` (None or -1: none) has finished; OpError if `var` (the var
-        it writes, or a light result's cell: `realexec.cpu.light`) is poisoned."""
+        """Return when op `token` (None or -1: none; a light result's last write, which no
+        Python var records: `realexec.cpu.light`) has finished; OpError if `var` (the var it
+        writes) is poisoned."""
         if self._forked:
             raise EngineStopped(self._stopped)
         if token is not None and token >= self._buf[layout.H_LOW]:
