@@ -109,7 +109,7 @@ def wait_for_quiet(limit: float = 120.0) -> None:
 
 
 def measure(scenario, workers: int, params: dict, repeat: int = 3, gate: Gate | None = None,
-            engine: str = "native"):
+            engine: str = "native-light"):
     """A warm-up run, then measured runs (the workload's prints are swallowed): at least
     `repeat`, and for a short workload more, SPACED apart (the cores kept busy meanwhile),
     until they span SPAN seconds (at most MAX_RUNS): this machine's speed changes from second
@@ -189,8 +189,9 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=None, help="scenario names")
     parser.add_argument("--repeat", type=int, default=3, help="measured runs per scenario, at "
                         "least (short ones run more often; see measure)")
-    parser.add_argument("--engine", default="native", choices=("native", "native-light"),
-                        help="the engine measured and calibrated (default: native)")
+    parser.add_argument("--engine", default="native-light", choices=("native", "native-light"),
+                        help="the engine measured and calibrated (default: native-light, "
+                        "realexec's default)")
     parser.add_argument("--collections", type=int, default=1, help="calibrate and measure "
                         "this many times (each after the first calibrates again), and summarise "
                         "each scenario's error over them")
@@ -222,7 +223,7 @@ def collect(args, force: bool) -> list:
     workers = profile.workers
     us = {k: f"{getattr(profile, k) * 1e6:.1f} us" for k in
           ("t1", "t3", "free", "reclaim", "take", "dispatch", "wake", "gil", "release", "recheck",
-           "startup", "first_kind", "handover", "light", "light_free", "light_flush")
+           "startup", "first_kind", "handover", "light", "light_flush")
           if k[:5] != "light" or profile.light}
     print(f"machine: {machine()}")
     background = profile.meta.get("measurements", {}).get("background load", float("nan"))

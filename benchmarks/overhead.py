@@ -5,7 +5,9 @@
 Each figure is the median over rounds; in every round the numpy baseline and the engine run back
 to back, and the printed ratio is the engine's share of the baseline's speed (1.0 = as fast).
 
-1. push: frontend microseconds per `y = x + 1` on a (1, 2) array. "issue span" is the backend's own
+1. push: frontend microseconds per `y = x + 1` on a (1, 2) array, on each engine: "native-light"
+   (the default: small results live in the engine's compiled state), "native" (every result a
+   Python var) and "python" (Python workers). "issue span" is the backend's own
    push path (reserve the output, push, record); "nd per op" is the whole frontend per op,
    including the shared `asyncsim.nd.frontend.ND` (its cost alone is the null-backend line) and, in
    async mode, the GIL shared with the worker that runs the ops; "+ drain" adds the final
@@ -116,7 +118,7 @@ def push_overhead(n: int) -> dict:
         b = a + 1  # noqa: F841 -- numpy's own op, the yardstick
     out = {"numpy y = x + 1": (time.perf_counter() - start) / n,
            "null backend (ND alone)": nd_per_op(ND(NullBackend()), n)}
-    for engine in ("native", "python"):
+    for engine in ("native-light", "native", "python"):
         for mode in ("async", "sync"):
             with realexec.session(workers=1, mode=mode, engine=engine) as nd:
                 out[f"{engine}: nd per op, {mode}"] = nd_per_op(nd, n)
@@ -125,10 +127,10 @@ def push_overhead(n: int) -> dict:
                 out[f"{engine}: issue span, {mode}"] = statistics.median(issues)
                 if mode == "async":
                     out[f"{engine}: nd per op, async + drain"] = nd_per_op(nd, n, drain=True)
-                if mode == "async" and engine == "native":
+                if mode == "async" and engine == "native-light":  # (the default engine)
                     for kind, call in KINDS.items():
                         kind_per_op(nd, call, n // 10)  # the kernels compiled, the pool warm
-                        out[f"native: {kind}, async + drain"] = kind_per_op(nd, call, n)
+                        out[f"{engine}: {kind}, async + drain"] = kind_per_op(nd, call, n)
         # as in a session, the objects that exist now stay out of the GC's full collections
         with frozen_gc(), ENGINES[engine](workers=1) as eng:
             held, target = eng.new_var(), eng.new_var()
@@ -144,11 +146,6 @@ def push_overhead(n: int) -> dict:
                 gate.set()
                 eng.wait_all()
             out[f"{engine}: engine.push, queued"] = elapsed / (max(1, n // batch) * batch)
-    # small results kept in the engine's compiled state (`realexec.engine.light`): async only
-    with realexec.session(workers=1, engine="native-light") as nd:
-        out["native-light: nd per op, async"] = nd_per_op(nd, n)
-        nd.waitall()
-        out["native-light: nd per op, async + drain"] = nd_per_op(nd, n, drain=True)
     return out
 
 
@@ -302,10 +299,11 @@ def main() -> None:
     print("1. push overhead, microseconds per op on a (1, 2) array")
     for k, v in push.items():
         print(f"   {k:<36s} {v * US:8.2f} us")
-    for engine in ("native", "native-light", "python"):
-        ratio = push[f"{engine}: nd per op, async + drain"] / push["numpy y = x + 1"]
-        label = f"{engine}: async + drain / numpy's op"
-        print(f"   {label:<40s} {ratio:4.1f}x")
+    for engine in ("native-light", "native", "python"):
+        for row in ("async + drain", "sync"):
+            ratio = push[f"{engine}: nd per op, {row}"] / push["numpy y = x + 1"]
+            label = f"{engine}: {row} / numpy's op"
+            print(f"   {label:<40s} {ratio:4.1f}x")
 
     add = median_rows([add_bandwidth(max(5, int(40 * scale))) for _ in range(rounds)])
     print("\n2. y = x + 1 on 2000x2000 (target: >= 0.80 of np.copyto)")

@@ -9,7 +9,9 @@ run inside its push, which needs no dependency analysis: only the deletions ask 
 runs every variant once, in turn, each in a fresh session after an untimed warm-up; the figures
 are microseconds per op, the median and the lowest over the rounds (this machine's speed moves
 from second to second), and "x numpy" the median over the rounds of each round's time over
-numpy's op in that round. What each variant replaces:
+numpy's op in that round. "as shipped" is the engine without light results
+(`engine="native"`, every result a Python var: the engine whose parts the stand-ins replace);
+"light results" is the default engine (`engine="native-light"`). What each variant replaces:
 
 - "one drop at a time": not a stand-in but the engine before its dropped results went back in
   runs (`asyncsim.model.issue.DROP_BATCH`): each drop deleted and given back alone;
@@ -193,13 +195,14 @@ class Silent(NullBackend):
         pass
 
 
-VARIANTS = {"as shipped": "as shipped", "one drop at a time": "drops handed over one at a time",
+VARIANTS = {"as shipped": "engine='native': every result a Python var",
+            "one drop at a time": "drops handed over one at a time",
             "not kept": "dropped results not kept",
             "pool accounting": "without pool accounting",
             "dependency analysis": "without dependency analysis",
             "both": "without both", "both + small var": "without both, a small var",
             "lean": "lean: one compiled call, no records",
-            "light results": "light results (engine='native-light')"}
+            "light results": "light results (engine='native-light', the default)"}
 
 
 def per_op(variant: str, n: int, mode: str = "async") -> float:

@@ -123,7 +123,7 @@ def blas_threads(threads: int):
 @contextlib.contextmanager
 def session(workers: int | None = None, mode: str = "async", max_inflight: int | None = None,
             seed: int = 0, device: str = "cpu", trace: bool | int = True,
-            engine: str = "native"):
+            engine: str = "native-light"):
     """An `nd` over a fresh engine, for interactive use; the engine is closed on exit.
 
         >>> with realexec.session(workers=2) as nd:
@@ -133,14 +133,14 @@ def session(workers: int | None = None, mode: str = "async", max_inflight: int |
 
     BLAS gets cores // workers threads meanwhile (so W concurrent products do not oversubscribe
     the cores; all cores in sync mode), and its previous setting is restored when the last open
-    session ends (`blas_threads`). `engine`: "native" (`realexec.engine.native`: compiled
-    workers run elementwise ops without the GIL), "native-pinned" (the same, each CPU worker
+    session ends (`blas_threads`). `engine`: "native-light", the default
+    (`realexec.engine.native`: compiled workers run elementwise ops without the GIL, and the
+    small results of elementwise ops live in the engine's compiled state, a push one compiled
+    call: `realexec.cpu.light`; with `max_inflight`, as "native"), "native" (the same without
+    light results: every result a Python var), "native-pinned" ("native", each CPU worker
     pinned to a core while it runs compiled ops: two workers drain two chains of 10 us
-    elementwise ops twice as fast as one, where the OS's placement gave 1.0-1.4x),
-    "native-light" (the same, with the small results of elementwise ops kept in the engine's
-    compiled state, a push one compiled call: `realexec.cpu.light`; not with `max_inflight`;
-    the model does not price it yet) or "python" (`realexec.engine.core`: Python worker
-    threads, the contrast the chapters draw).
+    elementwise ops twice as fast as one, where the OS's placement gave 1.0-1.4x) or "python"
+    (`realexec.engine.core`: Python worker threads, the contrast the chapters draw).
     The objects that exist when the session starts are moved out of the cyclic GC's way until it
     ends (`frozen_gc`). `trace`: True records everything, False no spans, samples or marks, N
     the last ~N of each.
@@ -184,7 +184,7 @@ def session(workers: int | None = None, mode: str = "async", max_inflight: int |
 
 def run(workload, device: str = "cpu", workers: int | None = None, mode: str = "async",
         max_inflight: int | None = None, seed: int = 0, trace: bool | int = True,
-        engine: str = "native", **params) -> Trace:
+        engine: str = "native-light", **params) -> Trace:
     """Run `workload(nd, **params)` on the real engine and return its measured Trace (`trace`:
     as for `session`). An exception of the workload, Ctrl-C included, propagates at once."""
     name = check_workload(workload)

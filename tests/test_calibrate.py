@@ -455,7 +455,7 @@ def test_forget_comes_from_the_op_timed_after_idle_spells(quick_profile):
 
 def test_cache_files_differ_by_engine(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert cal.cache_path(1, True, False, "native-light") != cal.cache_path(1, True)
+    assert cal.cache_path(1, True, False, "native-light") != cal.cache_path(1, True, False, "native")
 
 
 @pytest.mark.filterwarnings("ignore:calibrate. other processes:UserWarning")  # as above
@@ -465,14 +465,15 @@ def test_a_light_engines_profile_has_the_light_prices(monkeypatch, quick_profile
     from realexec.calibration.light import light_prices
 
     prices = light_prices(1, 64, 3, 0.0)
-    assert prices["light"] > 0 and prices["light_flush"] > 0 and prices["light_free"] >= 0
+    assert prices["light"] > 0 and prices["light_flush"] > 0
     raw = {**quick_profile.meta["measurements"], "light": prices}
     calls = _counted_measure(monkeypatch, raw)
     light = cal.calibrate(workers=1, quick=True, cache=False, progress=False, gpu=False,
                           engine="native-light")
     assert calls[0][-1] == "native-light" and light.meta["engine"] == "native-light"
-    assert (light.light, light.light_free, light.light_flush) == (
-        prices["light"], prices["light_free"], prices["light_flush"])
-    assert quick_profile.light == 0.0
+    assert (light.light, light.light_flush) == (prices["light"], prices["light_flush"])
+    native = cal.calibrate(workers=1, quick=True, cache=False, progress=False, gpu=False,
+                           engine="native")
+    assert native.light == 0.0 and native.meta["engine"] == "native"
     with pytest.raises(ValueError, match="'python'"):
         cal.calibrate(workers=1, quick=True, cache=False, engine="python")

@@ -2,7 +2,8 @@
 of them at the next blocker, mark or trace, in one call (`NativeEngine.delete_vars`) and one
 release of the pool (`Pool.release_many`). Their memory comes back that many drops late at most,
 never before their ops are done (DESIGN.md's rule), and none is lost. The model deletes them in
-the same runs (`Profile.drop_batch`).
+the same runs (`Profile.drop_batch`). On the engine without light results (`engine="native"`):
+the default engine's small elementwise results have rules of their own (test_light_model).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def test_small_drops_come_back_together_at_the_batchs_size():
     """Dropping done results one by one: none comes back until the `DROP_BATCH`th; that run
     is then kept for the next outputs of its shape and dtype (the pool hands out nothing and
     its live bytes do not move), and the next blocker gives back what none took."""
-    with realexec.session(workers=1) as nd:
+    with realexec.session(workers=1, engine="native") as nd:
         backend = nd._backend
         pool = backend.pools["cpu"]
         x = nd.ones((4,))
@@ -102,7 +103,7 @@ def test_a_kept_result_of_a_failed_op_serves_a_new_op_unpoisoned():
     def broken(inputs, out, attrs):
         raise ZeroDivisionError("broken")
 
-    with realexec.session(workers=1) as nd:
+    with realexec.session(workers=1, engine="native") as nd:
         backend = nd._backend
         backend.kernels = {**cpu.KERNELS, "mul_scalar": broken}
         x = nd.ones((4,))
@@ -123,7 +124,7 @@ def test_a_kept_result_of_a_failed_op_serves_a_new_op_unpoisoned():
 def test_a_kept_run_goes_back_when_the_next_run_is_handed_over():
     """Results kept from one run that no output took go back to the pool when the next run is
     handed over: at most two runs' bytes are held for drops."""
-    with realexec.session(workers=1) as nd:
+    with realexec.session(workers=1, engine="native") as nd:
         pool = nd._backend.pools["cpu"]
         x, w = nd.ones((4,)), nd.ones((8,))
         first = _results(nd, x, DROP_BATCH)
@@ -139,7 +140,7 @@ def test_a_kept_run_goes_back_when_the_next_run_is_handed_over():
 
 def test_a_blocker_a_mark_and_a_trace_give_the_drops_back():
     """Fewer drops than a batch come back at the next blocker, region mark or trace."""
-    with realexec.session(workers=1) as nd:
+    with realexec.session(workers=1, engine="native") as nd:
         pool = nd._backend.pools["cpu"]
         x = nd.ones((4,))
         backend = nd._backend
@@ -154,7 +155,7 @@ def test_a_blocker_a_mark_and_a_trace_give_the_drops_back():
 
 def test_results_above_the_size_go_back_at_once():
     """A result of more than `DROP_BYTES` is deleted when dropped, as before."""
-    with realexec.session(workers=1) as nd:
+    with realexec.session(workers=1, engine="native") as nd:
         pool = nd._backend.pools["cpu"]
         x = nd.ones((DROP_BYTES // 4 + 1,))
         y = x + 1
@@ -165,7 +166,7 @@ def test_results_above_the_size_go_back_at_once():
 
 def test_a_result_dropped_after_the_session_goes_back_at_once():
     """Once the session is closed, a small result still held goes back when dropped."""
-    with realexec.session(workers=1) as nd:
+    with realexec.session(workers=1, engine="native") as nd:
         pool = nd._backend.pools["cpu"]
         y = nd.ones((4,)) + 1
     assert pool.live_bytes == 16
@@ -177,7 +178,7 @@ def test_a_run_of_drops_waits_for_the_ops_that_use_them():
     """Dropped results whose ops still wait (their input's op is held) stay live through the
     hand-over and come back only once those ops ran; the results read right meanwhile."""
     gate = threading.Event()
-    with realexec.session(workers=1) as nd:
+    with realexec.session(workers=1, engine="native") as nd:
         nd._backend.kernels = {**cpu.KERNELS, "ones": gated("ones", gate)}
         pool = nd._backend.pools["cpu"]
         x = nd.ones((4,))
@@ -194,7 +195,7 @@ def test_a_run_of_drops_waits_for_the_ops_that_use_them():
 def test_a_drop_made_during_the_hand_over_is_not_lost():
     """A result dropped while a run is being handed over (a collection on another thread, or
     inside the hand-over) stays for the next run; every buffer comes back."""
-    with realexec.session(workers=1) as nd:
+    with realexec.session(workers=1, engine="native") as nd:
         backend = nd._backend
         pool, engine = backend.pools["cpu"], backend.engine
         x = nd.ones((4,))
@@ -255,7 +256,7 @@ def test_the_model_deletes_small_drops_in_runs_as_the_engine_does():
 
     from asyncsim import Profile, predict
 
-    measured = realexec.run(_drop_forty, workers=1)
+    measured = realexec.run(_drop_forty, workers=1, engine="native")
     ideal = dataclasses.replace(Profile.ideal(t1=1e-6, t2=1e-6, t3=1e-6), free=1e-6)
     batched = predict(_drop_forty, dataclasses.replace(ideal, native=1, drop_batch=DROP_BATCH))
     made = [16 * k for k in range(1, 42)]
@@ -296,7 +297,7 @@ def test_runs_handed_over_on_two_threads_lose_and_repeat_nothing():
     thread does so): every buffer comes back, and none twice (the cache holds each once)."""
     import sys
 
-    with realexec.session(workers=1) as nd:
+    with realexec.session(workers=1, engine="native") as nd:
         pool = nd._backend.pools["cpu"]
         x = nd.ones((4,))
         kept = [_results(nd, x, 600) for _ in range(2)]
@@ -436,7 +437,7 @@ def test_the_model_keeps_and_takes_back_the_runs_as_the_engine_does(actions, mod
     program = _program_of(actions)
     ideal = dataclasses.replace(Profile.ideal(t1=1e-6, t2=1e-6, t3=1e-6), free=1e-6,
                                 native=1, drop_batch=DROP_BATCH)
-    assert (_steps(realexec.run(program, workers=1, mode=mode))
+    assert (_steps(realexec.run(program, workers=1, mode=mode, engine="native"))
             == _steps(predict(program, ideal, mode=mode)))
 
 

@@ -34,7 +34,7 @@ SCRIPT = textwrap.dedent("""
 
         return local
 
-    with realexec.session(workers=1) as nd:
+    with realexec.session(workers=1, engine="native") as nd:
         nd.waitall()
         gc.disable()  # the cycle below is collected in the section, not before
         garbage = [nd.ones((4,))]

@@ -43,7 +43,7 @@ _SCALARS = {"name": str, "t1": float, "t3": float, "workers": int, "cores": int,
             "table": int, "llc": float, "dram": float, "dram_crowd": float, "mix": float,
             "reclaim": float, "after_gemm": float, "t3_asleep": float, "drop_batch": int,
             "free_pending": float, "free_large": float, "take": float,
-            "light": float, "light_free": float, "light_flush": float,
+            "light": float, "light_flush": float,
             "foreign": float, "foreign_gemm": float, "forget": float}
 _MINIMUM = {"workers": 1, "cores": 1, "gpus": 0}
 

@@ -6,10 +6,11 @@ when its fresh output is the result of an elementwise op of one array of `LIGHT_
 of at most `LIGHT_BYTES` and at most `LIGHT_DIMS` dimensions, issued before any GPU is used,
 and its input is a light result or an array whose last write has finished (realexec lends it
 to the compiled state; one still being written sends the op the general way). Then:
-- its issue costs `profile.light` (one compiled call, no pool `take`, no Python var) in place of
-  the op's issue price; the frontend's other additions (`mix`, the first of its kind) stay;
-- its result's drop costs `profile.light_free` and is held for the next light push, whose call
-  deletes it first; a drop while one is held deletes that one in a call of its own
+- its issue costs `profile.light` (one compiled call, no pool `take`, no Python var; the drop of
+  the result before it, which that call deletes, included) in place of the op's issue price;
+  the frontend's other additions (`mix`, the first of its kind) stay;
+- its result's drop is held for the next light push, whose call deletes it first (priced with
+  that push); a drop while one is held deletes that one in a call of its own
   (`profile.light_flush`). A blocker or a mark deletes the held one too;
 - a deleted result's buffer goes back at once when every op up to the last that touched it has
   finished (the engine's low-water mark), else it waits on a late list, in order, for the next
@@ -94,13 +95,13 @@ class LightRules:
             self._light_due()
 
     def _light_free(self, var: int) -> float | None:
-        """The drop of `var`'s last handle if it is a light result: its price (a held one
-        deleted now: `light_flush`); None if it is not one."""
+        """The drop of `var`'s last handle if it is a light result: its price (0, priced with
+        the next push; a held one deleted now: `light_flush`); None if it is not one."""
         if var not in self.light_vars:
             return None
-        price = self.profile.light_free
+        price = 0.0
         if self.light_held is not None:
-            price = self.profile.light_flush or price
+            price = self.profile.light_flush
             self._light_delete(self.light_held)
             self._light_due()
         self.light_held = var

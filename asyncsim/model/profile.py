@@ -65,7 +65,7 @@ after their last handle was dropped (the compiled engine gives them back there, 
 of a full run kept for the next outputs of their shape: `asyncsim.model.issue`); `take` (0: off):
 what an issue saves when its output takes one of those kept results. `light` (0: off; with
 `native`): the engine keeps small elementwise results in its compiled state, at `light` a push
-and `light_free` or `light_flush` a drop (`asyncsim.model.light`).
+and `light_flush` a drop made while another waits for its push (`asyncsim.model.light`).
 
 `after_gemm` (0: off): the factor by which a streaming CPU op's bytes time stretches when it runs
 on a worker within `asyncsim.model.places.AFTER_GEMM_S` of a product or convolution there (costs
@@ -189,12 +189,10 @@ class Profile(Rules):
     # from the pool. 0: off
     take: float = 0.0
     # (with `native`) the engine keeps small elementwise results in its compiled state
-    # (`asyncsim.model.light`): a light push's issue price; 0: the engine makes no light
-    # results. `light_free`: a light result's drop, held for the next push's call;
-    # `light_flush`: one made while a drop is held, which deletes that one in a call (0:
-    # `light_free`)
+    # (`asyncsim.model.light`): a light push's issue price, with the drop of the result before it
+    # that the push's call deletes; 0: the engine makes no light results. `light_flush`: a drop
+    # made while another waits for its push, which deletes that one in a call
     light: float = 0.0
-    light_free: float = 0.0
     light_flush: float = 0.0
     # how much slower a streaming CPU op (elementwise, reduction, copy, a layer's normalisation
     # or pooling) runs right after a product or a convolution on its worker, as a factor of its

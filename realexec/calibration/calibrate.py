@@ -307,7 +307,8 @@ def _code_digest() -> str:
     return digest.hexdigest()[:12]
 
 
-def cache_path(workers: int, quick: bool, gpu: bool = False, engine: str = "native") -> Path:
+def cache_path(workers: int, quick: bool, gpu: bool = False,
+               engine: str = "native-light") -> Path:
     """Where the profile for this machine, these versions, this code, these settings and this
     engine is cached."""
     settings = QUICK if quick else FULL
@@ -336,7 +337,7 @@ def _light_prices(raw: dict, meta: dict) -> dict:
     """A light engine's prices (`realexec.calibration.light`); none on the shipped engine."""
     if meta.get("engine") != "native-light" or "light" not in raw:
         return {}
-    return {key: raw["light"][key] for key in ("light", "light_free", "light_flush")}
+    return {key: raw["light"][key] for key in ("light", "light_flush")}
 
 
 def _take(raw: dict, t1: float) -> float:
@@ -347,9 +348,10 @@ def _take(raw: dict, t1: float) -> float:
 
 def calibrate(workers: int | None = None, quick: bool = False, cache: bool = True,
               progress: bool = True, force: bool = False, gpu: bool | None = None,
-              engine: str = "native") -> Profile:
-    """This machine's Profile for `workers` CPU workers on `engine` ("native", or
-    "native-light": with the light results' prices), measured (or loaded from the cache);
+              engine: str = "native-light") -> Profile:
+    """This machine's Profile for `workers` CPU workers on `engine` ("native-light", the
+    default engine, with the light results' prices, or "native"), measured (or loaded from
+    the cache);
     with `gpu` (default: when a real GPU is here, not the simulator) gpu(0)'s costs and links
     too (`realexec.calibration.gpu`), for every GPU of the machine."""
     if engine not in ("native", "native-light"):
