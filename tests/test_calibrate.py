@@ -455,7 +455,8 @@ def test_forget_comes_from_the_op_timed_after_idle_spells(quick_profile):
 
 def test_cache_files_differ_by_engine(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert cal.cache_path(1, True, False, "native-light") != cal.cache_path(1, True, False, "native")
+    light, native = (cal.cache_path(1, True, False, e) for e in ("native-light", "native"))
+    assert light != native
 
 
 @pytest.mark.filterwarnings("ignore:calibrate. other processes:UserWarning")  # as above
