@@ -9,7 +9,8 @@ the engine, reading the input vars and writing the output var (on the compiled e
 `realexec.unary`); `free` pushes the buffer's release behind every op that still touches it
 (`Engine.delete_var`; on the compiled engine small results go in runs, and the done ones of a run
 are kept for the next outputs of their shape and dtype: `realexec.cpu.drops`; on an engine with
-light results, small results of the fast push live in compiled state alone: `realexec.cpu.light`);
+light results, the default, small results of the fast push live in compiled state alone:
+`realexec.cpu.light`);
 `sync` is a blocker; `mark` times an `nd.benchmark` region.
 Ops that touch a GPU go to its lanes (`realexec.gpu.backend`, mixed in). `realexec.session`
 opens one over a fresh engine of `ENGINES`; `machine` names this machine for a trace's meta.

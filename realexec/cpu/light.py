@@ -1,7 +1,7 @@
 """The backend's side of light results (`realexec.engine.light`): small outputs of the fast push
 that live in the engine's compiled state alone until Python needs one.
 
-On an engine made with `light=True` (`realexec.session(engine="native-light")`, without
+On an engine made with `light=True` (`engine="native-light"`, the default session's; without
 `max_inflight`; in sync mode the one call runs the op too),
 the push of `y = f(x)` on cpu(0) with a result of at most `LIGHT_BYTES` makes no engine var, no
 pool array and no entry in the Python analysis (`realexec.unary.light_push`). A light result
