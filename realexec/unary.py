@@ -138,8 +138,7 @@ def light_push(backend):
                       dropped)
         if answer:  # not the common case: see `LightResults._answered`
             answer = backend._answered(answer, op_id, name, reads, var, shape, dtype, device,
-                                       attrs, nbytes, token, op, dcode, d0, d1, scalar, t_issue,
-                                       dropped, heavy)
+                                       attrs, nbytes, token, dropped, heavy)
             if answer < 0:
                 return
         engine._next = token + 1

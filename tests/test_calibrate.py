@@ -224,7 +224,8 @@ def test_background_load_leaves_out_this_processs_children():
 
 
 def test_the_profile_predicts_a_workload(quick_profile):
-    """The calibrated profile drives the simulator: a loop of n ops takes at least n issues."""
+    """The calibrated profile drives the simulator: a loop of n ops takes at least n issues
+    (on the default engine the loop's results are light, each pushed at `light`)."""
     def loop(nd, n=50):
         x = nd.ones((64,))
         with nd.benchmark("loop"):
@@ -233,7 +234,8 @@ def test_the_profile_predicts_a_workload(quick_profile):
             nd.waitall()
 
     trace = asyncsim.predict(loop, quick_profile, n=50)
-    assert trace.regions["loop"] >= 50 * quick_profile.t1
+    cheapest = min(quick_profile.t1, quick_profile.light or quick_profile.t1)
+    assert cheapest > 0 and trace.regions["loop"] >= 50 * cheapest
     assert trace.meta["profile"] == quick_profile.name
 
 

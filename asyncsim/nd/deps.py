@@ -87,9 +87,7 @@ class Deps:
         """`add(token, (read,), (write,))` for the commonest op, `y = f(x)`: one read, and a
         `write` that no op has named yet (a fresh result, so nothing to wait for on it). Its one
         possible predecessor, the last write of `read`, or -1: the compiled engine's fast push
-        asks this, where building and reading the general answer cost 0.15 us an op. `write`
-        None: a result this analysis does not hold (a light result, which the engine's compiled
-        state orders: `realexec.engine.light`)."""
+        asks this, where building and reading the general answer cost 0.15 us an op."""
         w = self.writer.get(read)
         rs = self.readers.get(read)
         if rs is None:
@@ -99,8 +97,7 @@ class Deps:
             n = len(rs)
             if n >= PRUNE and not n & (n - 1) and self.finished:
                 self._prune(read, rs, token)
-        if write is not None:
-            self.writer[write] = token
+        self.writer[write] = token
         return -1 if w is None else w
 
     def _prune(self, var, rs: list, token: int) -> None:

@@ -160,13 +160,12 @@ class LightResults:
             readers[x] = sorted(readers.get(x, []) + reads)
 
     def _answered(self, answer, op_id, name, reads, var, shape, dtype, device, attrs, nbytes,
-                  token, op, dcode, d0, d1, scalar, t_issue, dropped, heavy) -> int:
+                  token, dropped, heavy) -> int:
         """What a light push does when its call did not simply push (`answer` not 0): a call
         that could do nothing (the general push instead: a new record, a real var; -1
         returned); a failed predecessor (the result adopted, the op's record, then the op let
         go); the log to read out."""
         engine = self.engine
-        rid = reads[0]
         if answer < 0:  # nothing of the op done
             if answer == LATE_FULL:
                 self._light_drops.append(dropped)
@@ -174,7 +173,7 @@ class LightResults:
             return -1
         if answer & HELD:  # its predecessor failed meanwhile: the result a Python var, for the
             # worker that takes the op to poison by its record
-            x = self.vars.get(rid)
+            x = self.vars.get(reads[0])
             engine._ops[token & (engine.cap - 1)] = (name, op_id, () if x is None else (x,),
                                                      (self.vars[var],), None, ())
             t.release_held(engine.state, token & (engine.cap - 1), 0)
