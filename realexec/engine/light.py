@@ -23,8 +23,9 @@ light result into a Python var's buffer when Python needs it (another kind of op
 its last write and reads move to the Python analysis, and its buffer stays counted here until
 `release` gives it back; `peek` tells a blocker where one lies and its last write, and leaves
 it light. `unlend` gives a lent var's reads back to the Python analysis
-(before an op writes the var, and before its deletion). `due` gives back what the late list
-holds and is done (a blocker). The state's layout and the helpers over it: `arena`.
+(before an op writes the var, and before its deletion). Those calls are `realexec.engine.loans`.
+`due` gives back what the late list holds and is done (a blocker). The state's layout and the
+helpers over it: `arena`.
 
 Memory: `LIVE` counts the bytes of the buffers handed out and not given back, and each call that
 changed it appends (time, live bytes) to a log the frontend reads out through its own view of
@@ -85,6 +86,7 @@ from realexec.engine.arena import (
     take,
 )
 from realexec.engine.atomics import load, now_ns, pointer
+from realexec.engine.loans import adopt, lend, peek, release, unlend
 
 # a push's answer: a negative one means nothing of the op was done
 TABLE_FULL, ARENA_FULL, NO_VAR, READS_FULL, LATE_FULL = -1, -2, -3, -4, -5
@@ -202,89 +204,6 @@ def due(addr, every):
     if n:
         log_live(w, logs, now_ns())
     return n
-
-
-@njit(nogil=True, cache=True)
-def _look(keys, offs, sizes, dims, rows, var, out):
-    """Light result `var`'s slot (-1: not here), and its buffer offset, bytes, dims, dtype
-    code and last write (-1: none) into `out`."""
-    slot = find(keys, var)
-    if slot >= 0:
-        out[0], out[1], out[2], out[3] = offs[slot], sizes[slot], dims[slot, 0], dims[slot, 1]
-        out[4], out[5] = dims[slot, 2], rows[slot, slotdeps.WRITER]
-    return slot
-
-
-@njit(cache=True)
-def peek(addr, var, out):
-    """`_look` at light result `var`, left as it is (a blocker waits for it and reads it).
-    False if not here."""
-    (w, keys, offs, sizes, dims, rows, links, pool, preds, spare, nfree, made, lates,
-     logs) = parts(addr)
-    return _look(keys, offs, sizes, dims, rows, var, out) >= 0
-
-
-@njit(cache=True)
-def adopt(addr, var, out):
-    """Light result `var` leaves the table for a Python var: `out` gets what `_look` gives, and
-    its reads since its last write after their count (out[6]); its buffer stays counted until
-    `release`. False if `var` is not here."""
-    (w, keys, offs, sizes, dims, rows, links, pool, preds, spare, nfree, made, lates,
-     logs) = parts(addr)
-    slot = _look(keys, offs, sizes, dims, rows, var, out)
-    if slot < 0:
-        return False
-    read = rows[slot, slotdeps.HEAD] >= 0
-    n = slotdeps.drop(rows, links, pool, slot, preds)
-    out[6] = n if read else 0
-    for i in range(out[6]):
-        out[7 + i] = preds[i]
-    keys[slot] = GONE
-    return True
-
-
-@njit(cache=True)
-def lend(addr, var, address, writer):
-    """Python var `var` (its buffer at `address`, its last write `writer`, -1: none, done) is
-    read by light pushes from now on: their reads are noted here until `unlend`. Its slot, or
-    TABLE_FULL."""
-    (w, keys, offs, sizes, dims, rows, links, pool, preds, spare, nfree, made, lates,
-     logs) = parts(addr)
-    slot = free_slot(keys, var)
-    if slot < 0:
-        return TABLE_FULL
-    keys[slot], offs[slot], sizes[slot] = var, address, LENT
-    slotdeps.fresh(rows, slot)
-    rows[slot, slotdeps.WRITER] = writer
-    return slot
-
-
-@njit(cache=True)
-def unlend(addr, var, out):
-    """Lent var `var` goes back to the Python analysis: its reads since `lend` into `out`, their
-    count returned (-1: not lent)."""
-    (w, keys, offs, sizes, dims, rows, links, pool, preds, spare, nfree, made, lates,
-     logs) = parts(addr)
-    slot = find(keys, var)
-    if slot < 0:
-        return -1
-    read = rows[slot, slotdeps.HEAD] >= 0
-    n = slotdeps.drop(rows, links, pool, slot, preds)
-    keys[slot] = GONE
-    if not read:
-        return 0
-    for i in range(n):
-        out[i] = preds[i]
-    return n
-
-
-@njit(cache=True)
-def release(addr, off, nbytes):
-    """An adopted buffer back (every op on it is done: the Python deletion waited)."""
-    (w, keys, offs, sizes, dims, rows, links, pool, preds, spare, nfree, made, lates,
-     logs) = parts(addr)
-    give_back(w, spare, nfree, off, nbytes)
-    log_live(w, logs, now_ns())
 
 
 class Light:
