@@ -58,9 +58,7 @@ class DroppedResults:
         joins the run of drops, any other var goes to the backend's `_delete`. Here, not
         there, so that a drop costs one call (each array's `__del__` makes one)."""
         ev = self.vars.pop(var, None)
-        if ev is None:
-            if self._world is not None:  # a light result (`realexec.cpu.light`), or none
-                self._drop_light(var)
+        if ev is None:  # (a light result's drop is the light engine's own `free`)
             return
         drops = self._drops
         if (drops is not None and type(ev) is Var and ev.name == "cpu"

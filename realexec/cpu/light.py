@@ -78,7 +78,7 @@ class LightResults:
     def _adopt(self, var: int) -> LightVar:
         """Light result `var` as a Python var (KeyError if it is none)."""
         world = self._world
-        got = None if world is None else world.adopt(var)
+        got = world.adopt(var)
         if got is None:
             raise KeyError(var)
         off, nbytes, shape, dtype, writer, reads = got
@@ -91,14 +91,6 @@ class LightResults:
             deps.readers[ev] = reads
         self.vars[var] = ev
         return ev
-
-    def _drop_light(self, var: int) -> None:
-        """`free` of a var the table does not hold: a light result (or one never made), deleted
-        by the next push's call; a second one waiting is deleted now."""
-        drops = self._light_drops
-        drops.append(var)
-        if len(drops) > 1:
-            self._flush_light(keep=1)
 
     def _flush_light(self, keep: int = 0, read: bool = False) -> None:
         """Delete the dropped light results but the last `keep` (each call gives back the late
@@ -217,10 +209,9 @@ class LightResults:
 
 def light_free(backend):
     """`backend.free` for an engine with light results: a var the var table does not hold is
-    a light result (or none), held for the next push's call (`_drop_light`, written out: a
-    drop of a light result per op); any other var goes to `DroppedResults.free`, a lent one
-    with its light reads given back first (here, not there: the shipped engine's drop never
-    needs the look)."""
+    a light result (or none), held for the next push's call, and a second one waiting is
+    deleted now; any other var goes to `DroppedResults.free`, a lent one with its light reads
+    given back first (here, not there: the shipped engine's drop never needs the look)."""
     vars_, general, drops = backend.vars, backend.free, backend._light_drops
     lent = backend._lent
 
