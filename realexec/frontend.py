@@ -81,9 +81,14 @@ class EngineBackend(Issuing, GpuBackend, DroppedResults, LightResults):
         self._native = isinstance(engine, NativeEngine)  # elementwise ops run compiled
         self._init_drops(self.pools["cpu"], runs=self._native)
         self._init_light(engine, trace)  # (a light engine's var table adopts light results)
-        # `y = x + 1`'s push
-        self._same = (light_push(self) if self._world is not None
-                      else unary_push(self) if self._native else None)
+        # `y = x + 1`'s push (`issue_same`; with light results `issue_scalar` too, and the
+        # shipped push behind them, `_heavy`)
+        self._same = self._scalar = self._heavy = None
+        if self._world is not None:
+            self._heavy = unary_push(self)
+            self._same, self._scalar = light_push(self, self._heavy)
+        elif self._native:
+            self._same = unary_push(self)
         self._on_device: dict[int, str] = {}  # op id -> cpu(i), i > 0, that it ran for
         self._init_gpu()
         self.marks = trace_log(trace)  # (label, start_ns, end_ns)
@@ -101,13 +106,12 @@ class EngineBackend(Issuing, GpuBackend, DroppedResults, LightResults):
                 self.pools[device] = Pool(device, samples=self._trace)
             else:
                 self._add_gpu(device)
+                if self._world is not None:  # (a light result never waits for a GPU)
+                    self._world.off()
 
     def sync(self, kind: str, var: int | None):
         start = perf_counter_ns()
-        if self._drops or self._kept:
-            self._give_back_drops()
-        if self._world is not None:
-            self._flush_light()
+        self._hand_over_drops()
         try:
             if var is None:
                 self.engine.wait_all()
@@ -151,10 +155,18 @@ class EngineBackend(Issuing, GpuBackend, DroppedResults, LightResults):
         else:  # cpu(i)'s buffer goes back to its own pool
             self.engine.delete_var(ev, self.pools[ev.name].release, (ev.data,))
 
-    def drain(self) -> None:
-        """Wait, without a span, until every op pushed so far has run (on every device)."""
+    def _hand_over_drops(self, read: bool = False) -> None:
+        """Every drop so far to the engine: the held ones (`realexec.cpu.light`, which gives a
+        Python var's to `free`), then the runs (`realexec.cpu.drops`); with `read`, the light
+        results' memory log read out."""
+        if self._world is not None:
+            self._flush_light(read=read)
         if self._drops or self._kept:
             self._give_back_drops()
+
+    def drain(self) -> None:
+        """Wait, without a span, until every op pushed so far has run (on every device)."""
+        self._hand_over_drops()
         self.engine.wait_all()
         if self._world is not None:
             self._flush_light()
@@ -162,10 +174,7 @@ class EngineBackend(Issuing, GpuBackend, DroppedResults, LightResults):
             self._settle()
 
     def mark(self, label: str, begin: bool) -> None:
-        if self._drops or self._kept:  # the region's memory as its own drops left it
-            self._give_back_drops()
-        if self._world is not None:
-            self._flush_light()
+        self._hand_over_drops()  # the region's memory as its own drops left it
         if begin:
             self._sample_rss(perf_counter_ns(), force=True)  # before the region's clock starts
             self._open_marks.append((label, perf_counter_ns()))
@@ -187,10 +196,7 @@ class EngineBackend(Issuing, GpuBackend, DroppedResults, LightResults):
 
     def trace(self, meta: dict | None = None) -> Trace:
         """Everything recorded so far as a Trace (times in seconds from the engine's start)."""
-        if self._drops or self._kept:
-            self._give_back_drops()
-        if self._world is not None:
-            self._flush_light(read=True)
+        self._hand_over_drops(read=True)
         t0 = self.engine.origin_ns
 
         def secs(ns: int) -> float:
@@ -219,8 +225,7 @@ class EngineBackend(Issuing, GpuBackend, DroppedResults, LightResults):
         """Close the engine (`Engine.close`: drain, or with `cancel` drop what has not
         started), then the GPUs (a cancelled engine's streams are not waited for)."""
         try:
-            if self._drops or self._kept:
-                self._give_back_drops()
+            self._hand_over_drops()
             self._drops = None  # a result dropped after the run goes back at once
             self.engine.close(cancel)
             if self._world is not None:  # every op done: every light buffer that went is back

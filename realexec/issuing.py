@@ -63,6 +63,8 @@ class Issuing:
             self._same(op.id, op.name, op.reads, out_var.id, out_var.shape, out_var.dtype,
                        op.device, op.attrs, out_var.nbytes)
             return
+        if self._world is not None and self._light_drops:  # before the output is reserved
+            self._flush_light()
         engine = self.engine
         if engine.max_inflight is not None:
             engine.throttle(op.name, op.id)  # before reserving: the cap bounds memory too
@@ -175,6 +177,13 @@ class Issuing:
         commonest op, in front of `_issue_same`; None on the Python engine, which gains nothing
         by it (`ND` then hands `issue` the records)."""
         return self._same
+
+    @property
+    def issue_scalar(self):
+        """How `NDArray`'s operators issue an op of an array and a number (`y = x + 1`) on an
+        engine with light results, without records or an attrs dict (`realexec.unary`); None
+        elsewhere (they then take `ND._same`)."""
+        return self._scalar
 
     def _issue_same(self, op_id, name, reads, var, shape, dtype, device, attrs, nbytes) -> None:
         """`issue(*same_records(...), None)`: an op from `ND._same`, whose fresh output has its

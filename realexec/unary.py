@@ -27,7 +27,6 @@ from time import perf_counter_ns
 from realexec.cpu.worker import SCALAR
 from realexec.engine import layout
 from realexec.engine import table as t
-from realexec.engine.light import LIGHT_BYTES
 from realexec.engine.shutdown import EngineStopped
 from realexec.issuing import _CODES, _address_of, no_room
 
@@ -95,52 +94,65 @@ def unary_push(backend):
     return issue_same
 
 
-def light_push(backend):
-    """`backend.issue_same` for an engine with light results: the push of `unary_push`'s
-    common case with a result of at most `LIGHT_BYTES` and at most two dimensions is one
-    compiled call (`realexec.engine.light.push`) with the input's var id, the output's var id
-    and the drop held back for it. An input the state does not hold is a Python var: lent to it
-    (`realexec.cpu.light.LightResults._lend`) when its last write is done, so the next pushes
-    that read it find it there; while that write runs, the op takes `unary_push`'s path (see
-    `realexec.cpu.light`). Every other push is `unary_push`'s, and so is one the call could not
-    make (nothing of it done)."""
-    engine = backend.engine
-    heavy, world = unary_push(backend), backend._world
+def light_push(backend, heavy):
+    """`(issue_same, issue_scalar)` for an engine with light results. `issue_scalar` is the push
+    of `unary_push`'s common case on cpu(0) as one compiled call (`realexec.engine.light.push`)
+    with the input's var id, the output's var id, the number and the drop held back for it
+    (`NDArray`'s operators call it for an op of an array and a number: no records, no attrs
+    dict); `issue_same` hands it an op of one array of `ND._same` (relu, and those `issue`
+    sends here). The call itself tells the cases it cannot do, having done nothing of them
+    (`realexec.cpu.light.LightResults._answered`): light pushes over (the engine closed, a var
+    poisoned, a GPU in use), a result of more than `LIGHT_BYTES` or two dimensions, a held drop
+    that is a Python var's (deleted by Python, and the push made again), an input the state does
+    not hold (a Python var: lent to it when its last write is done, and the push made again;
+    else `heavy`: `unary_push`'s path). So the common push tests nothing in Python but the op
+    and the device."""
+    engine, world = backend.engine, backend._world
     push, addr, drops = world.push, world.addr, backend._light_drops
-    buf, vars_, lent, lend = engine._buf, backend.vars, backend._lent_ids, backend._lend
+    buf, codes, flush = engine._buf, backend._light_codes, backend._flush_light
 
-    def issue_same(op_id, name, reads, var, shape, dtype, device, attrs, nbytes) -> None:
-        op = backend._light_codes.get(name)  # its op code and name's number, packed
+    def issue_scalar(op_id, name, rid, var, shape, dtype, device, scalar, nbytes, attrs=None):
+        op = codes.get(name)  # its op code and name's number, packed
         if op is None:
             op = backend._light_code(name)
+        if op < 0 or device != "cpu":
+            if drops:
+                flush()
+            heavy(op_id, name, (rid,), var, shape, dtype, device,
+                  {"scalar": scalar} if attrs is None else attrs, nbytes)
+            return
         ndim = len(shape)  # (not a try around the unpacking: a vector's ValueError cost 0.5 us)
         if ndim == 2:
             d0, d1 = shape
         else:  # a vector, a scalar, or (0, 0) for more dimensions
             d0, d1 = (shape[0], -1) if ndim == 1 else (-1, -1) if not ndim else (0, 0)
-        rid = reads[0]
-        if (op < 0 or not 0 < nbytes <= LIGHT_BYTES or device != "cpu" or d1 == 0
-                or backend.gpus or engine._closed or engine._tainted
-                # a Python var not lent: lent now if its last write is done, else the op goes
-                # the general way (`realexec.cpu.light`)
-                or rid not in lent and rid in vars_ and not lend(vars_[rid], rid)):
-            heavy(op_id, name, reads, var, shape, dtype, device, attrs, nbytes)
-            return
         t_issue = perf_counter_ns()
         token = engine._next
         if token >= engine._next_harvest:
             engine._harvest(token)  # spans read out, or a wait for the slot's last op
         if engine._frees and buf[_DONE] != engine._frees_seen:
             engine._run_frees()
-        dcode, scalar = _CODES[dtype], attrs.get("scalar", 0.0)
-        dropped = drops.pop() if drops else -1
-        answer = push(addr, token, op, dcode, rid, var, d0, d1, scalar, op_id, t_issue,
+        dropped = -1
+        if drops:  # (a drop on another thread only appends)
+            if len(drops) > 1:
+                flush(keep=1)
+            dropped = drops.pop()
+        answer = push(addr, token, op, _CODES[dtype], rid, var, d0, d1, scalar, op_id, t_issue,
                       dropped)
         if answer:  # not the common case: see `LightResults._answered`
-            answer = backend._answered(answer, op_id, name, reads, var, shape, dtype, device,
-                                       attrs, nbytes, token, dropped, heavy)
+            answer = backend._answered(answer, op_id, name, rid, var, shape, dtype, device,
+                                       scalar, nbytes, attrs, token, dropped)
             if answer < 0:
                 return
         engine._next = token + 1
 
-    return issue_same
+    def issue_same(op_id, name, reads, var, shape, dtype, device, attrs, nbytes) -> None:
+        if len(reads) == 1:
+            issue_scalar(op_id, name, reads[0], var, shape, dtype, device,
+                         attrs.get("scalar", 0.0), nbytes, attrs)
+        else:
+            if drops:
+                flush()
+            heavy(op_id, name, reads, var, shape, dtype, device, attrs, nbytes)
+
+    return issue_same, issue_scalar

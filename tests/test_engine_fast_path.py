@@ -77,7 +77,7 @@ def test_issue_same_does_what_issue_does(mode):
             backend, general = nd._backend, []
             issue = _watch(backend, general)
             if not fast:
-                nd._issue_same = None
+                nd._issue_same = nd._issue_scalar = None
             values = _program(nd)
             nd.waitall()
             trace = backend.trace()

@@ -6,6 +6,8 @@ and only for ops of `ops.SAME_SHAPE`.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -97,3 +99,28 @@ def test_broadcasting_and_mismatches_still_take_the_checking_path():
         a + nd.ones((2,))
     with pytest.raises(ops.ShapeError, match="mul: inputs have different dtypes"):
         a * nd.ones((2, 3), dtype="float64")
+
+
+@pytest.mark.parametrize("recording", [False, True])
+def test_fast_path_handle_has_every_slot_the_constructor_sets(recording):
+    """`ND._same` writes `NDArray.__init__` out: its result has every slot, with the values the
+    general path's constructor gives (the var aside), recording or not."""
+    from asyncsim.nd import autograd
+    from asyncsim.nd.ndarray import NDArray
+
+    nd = ND(Recorder(Program()))
+    a = nd.ones((2, 3))
+    if recording:
+        a.attach_grad()
+    with autograd.record() if recording else contextlib.nullcontext():
+        fast, slow = a + 1.0, nd._op("add_scalar", (a,), {"scalar": 1.0})
+    for slot in NDArray.__slots__:
+        if slot in ("var", "__weakref__"):
+            continue
+        got, want = getattr(fast, slot), getattr(slow, slot)
+        if slot == "_node":  # (op name, inputs, attrs): the same op recorded
+            assert (got is None) == (want is None) == (not recording)
+            if recording:
+                assert got[0] == want[0] and got[1] == want[1]
+            continue
+        assert got == want, slot

@@ -146,6 +146,51 @@ def test_an_input_still_being_written_sends_the_op_the_general_way():
         np.testing.assert_array_equal(y.asnumpy() + z.asnumpy(), np.full((2, 2), 5, np.float32))
 
 
+def test_a_python_vars_drop_waits_for_the_next_push_and_goes_before_its_output():
+    """Every drop waits for the next push: a Python var's (here a 1 MiB result) is deleted by
+    the push's call answering PYTHON_DROP, before the push's output is taken, and the push is
+    then made light; with two drops waiting, both go."""
+    with light_session(workers=1) as nd:
+        backend = nd._backend
+        pool = backend.pools["cpu"]
+        x = nd.ones((2, 2))
+        x.wait_to_read()
+        y = x + 1  # x lent
+        big = nd.ones((512, 512))
+        nd.waitall()
+        held = pool.live_bytes
+        del big
+        assert pool.live_bytes == held  # (a drop makes no call)
+        z = x + 2
+        nd.waitall()
+        assert z.var not in backend.vars and pool.live_bytes == held - 512 * 512 * 4
+        a, b = nd.ones((256, 256)), nd.ones((256, 256))
+        nd.waitall()
+        del a, b, y  # two Python vars and a light result waiting
+        w = x + 3
+        nd.waitall()
+        assert pool.live_bytes == held - 512 * 512 * 4 and not backend._light_drops
+        np.testing.assert_array_equal(w.asnumpy(), np.full((2, 2), 4, np.float32))
+
+
+def test_a_poisoned_var_ends_the_light_pushes():
+    """Once an op fails, light pushes are over (`Light.off`): the next push of the kind takes
+    the general path, which looks for inherited failures, and its result is a Python var."""
+    with light_session(workers=1) as nd:
+        backend = nd._backend
+        x = nd.ones((3,))
+        x.wait_to_read()
+        assert (x + 1).var not in backend.vars  # light
+        backend.kernels = {**cpu.KERNELS, "relu": broken_kernel}
+        y = nd.relu(x)
+        with pytest.raises(OpError, match="relu"):
+            y.wait_to_read()
+        backend.kernels = cpu.KERNELS
+        z = x + 1
+        assert z.var in backend.vars
+        np.testing.assert_array_equal(z.asnumpy(), np.full(3, 2, np.float32))
+
+
 def test_a_failure_upstream_reaches_the_results_behind_it():
     with light_session() as nd:
         nd._backend.kernels = {**cpu.KERNELS, "relu": broken_kernel}

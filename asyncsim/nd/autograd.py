@@ -28,7 +28,7 @@ class AutogradError(RuntimeError):
 
 
 class _State:
-    __slots__ = ("recording", "training", "phase")
+    __slots__ = ("recording", "training", "phase", "active")
 
     def __init__(self):
         self.recording = False
@@ -37,6 +37,11 @@ class _State:
         # updates): the frontend marks those ops (attrs["phase"]) so that a profile can price
         # their issue apart, as MXNet pushes them from C++, not from Python (`phase()`)
         self.phase = None
+        # recording or in a phase: the frontend's fast path reads this one flag per op
+        self.active = False
+
+    def settle(self) -> None:
+        self.active = self.recording or self.phase is not None
 
 
 STATE = _State()
@@ -46,10 +51,12 @@ STATE = _State()
 def _scope(recording: bool, training: bool):
     before = STATE.recording, STATE.training
     STATE.recording, STATE.training = recording, training
+    STATE.settle()
     try:
         yield
     finally:
         STATE.recording, STATE.training = before
+        STATE.settle()
 
 
 def record(train_mode: bool = True):
@@ -74,10 +81,12 @@ def predict_mode():
 def phase(name: str):
     """Mark the ops issued inside the block as issued by `name` ("backward", "kvstore")."""
     before, STATE.phase = STATE.phase, name
+    STATE.settle()
     try:
         yield
     finally:
         STATE.phase = before
+        STATE.settle()
 
 
 def is_recording() -> bool:

@@ -71,6 +71,7 @@ class ND(Functions):
         self._backend = backend
         self._free = backend.free  # bound once: every NDArray's __del__ calls it
         self._issue_same = getattr(backend, "issue_same", None)
+        self._issue_scalar = getattr(backend, "issue_scalar", None)  # (`NDArray`'s operators)
         self._default = CPU if device == "cpu" else Context("gpu", 0)
         self._var_ids = itertools.count()
         self._op_ids = itertools.count()
@@ -217,7 +218,8 @@ class ND(Functions):
         op_id = next(self._op_ids)
         var = next(self._var_ids)
         reads = (first.var,) if len(inputs) == 1 else (first.var, inputs[1].var)
-        if _TAPE.phase is not None:
+        tape = _TAPE.active  # (one look, not two, while neither recording nor in a phase)
+        if tape and _TAPE.phase is not None:
             attrs = {**attrs, "phase": _TAPE.phase}
         if self._issue_same is not None:
             self._issue_same(op_id, name, reads, var, shape, dtype, device, attrs, nbytes)
@@ -226,7 +228,7 @@ class ND(Functions):
                                    float(nbytes // _ITEMSIZE[dtype]), nbytes * (1 + len(reads))),
                                 Var(var, shape, dtype, device, nbytes), None)
         result = NDArray(self, var, shape, dtype, first._ctx, device, nbytes)
-        if _TAPE.recording:
+        if tape and _TAPE.recording:
             autograd.note(result, name, inputs, attrs)
         return result
 

@@ -12,17 +12,24 @@ arena, not the pool, once every op on it is done (`_delete`). A blocker on a lig
 not adopt it: it waits for its last write and reads its buffer in the arena (`_sync_light`);
 the result stays light, so its drop is a light one too.
 
-Drops: a dropped light result waits in `_light_drops` for the next push, whose call deletes it
-first; a second drop before that push, and every blocker, mark, trace and close, deletes it in a
-call of its own (`_flush_light`). Appends and pops of that list are single steps, so a drop on
-another thread (a collection) is neither lost nor made twice.
+Drops: every drop waits in `_light_drops` (the backend's `free` is that list's `append`: no
+Python frame per drop, where the light push's own frame cost 0.1 us, 2-core AMD EPYC VM). The
+next light push hands the last one to its call, which deletes it first; the call answers
+`PYTHON_DROP` for a Python var's (a lent one, an adopted one, one of another kind of op), and
+Python deletes it (`_free_python`, the shipped `free`) and makes the push again. Two or more
+waiting, the push deletes all but the last first; the general path, every blocker, mark, trace
+and close delete them all (`_flush_light`), before anything is reserved: so memory comes back
+at the next push or blocker, never later than before the next output is taken. Appends and
+pops of that list are single steps, so a drop on another thread (a collection) is neither lost
+nor made twice.
 
 Inputs: a light push reads a light result, or a Python var whose last write is done (lent to
-the state: `_lend`). A Python var whose last write still runs sends the op the general way: a
-light result there would be read by the next op of another kind as often as not (a dense
-layer's relu, read by the next layer), and its adoption costs more than the light push saves.
-So no light op can inherit a failure, but from a predecessor that failed after the frontend
-looked (`_tainted`): the call then answers `HELD`, and the result is adopted at once and the op
+the state when a call answers `NO_VAR`, and the push made again: `_lend`). A Python var whose
+last write still runs sends the op the general way: a light result there would be read by the
+next op of another kind as often as not (a dense layer's relu, read by the next layer), and its
+adoption costs more than the light push saves. So no light op can inherit a failure, but from
+a predecessor that failed after the call looked (a poisoned var ends light pushes:
+`Light.off`): the call then answers `HELD`, and the result is adopted at once and the op
 recorded, for the worker to poison it by. Memory: the arena's live bytes, logged by the
 compiled calls, are added to the CPU pool's samples in the Trace (`_with_light`).
 """
@@ -31,9 +38,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from realexec.cpu.drops import DroppedResults
 from realexec.engine import table as t
 from realexec.engine.deps import Var
-from realexec.engine.light import HELD, LATE_FULL, OP_BITS, READ_LOG, Light
+from realexec.engine.light import (
+    GENERAL,
+    HELD,
+    LATE_FULL,
+    NO_VAR,
+    OP_BITS,
+    PYTHON_DROP,
+    READ_LOG,
+    Light,
+)
 from realexec.issuing import _address_of
 
 _DTYPES = (np.dtype("float32"), np.dtype("float64"))  # by code (`realexec.cpu.native_ops`)
@@ -64,16 +81,18 @@ class LightResults:
         self._world = None
         self._light_drops: list = []  # dropped light results, for the next call
         self._lent: dict = {}  # Python var -> its frontend id, while lent (`_lend`)
-        self._lent_ids: set = set()  # their frontend ids (the light push looks here first)
         self._light_log: list = []  # blocks of (t_ns, live bytes of the arena), as arrays
         self._light_trace = trace
         if getattr(engine, "light", False):
             self._world = Light(engine.state, logs=1 << 12 if trace else 0,  # (0: no samples)
                                 sync=engine._sync)
             engine._lent, engine._unlend = self._lent, self._unlend  # (the pushes that write)
+            engine._lights_out = self._world.off
             self.vars = Vars()
             self.vars.adopt = self._adopt
-            self.free = light_free(self)  # (`ND` binds its backend's `free` once)
+            # every drop waits for the next push, blocker or mark, which tells a light result's
+            # from a Python var's (`ND` binds its backend's `free` once): no Python frame a drop
+            self.free = self._light_drops.append
 
     def _adopt(self, var: int) -> LightVar:
         """Light result `var` as a Python var (KeyError if it is none)."""
@@ -93,21 +112,34 @@ class LightResults:
         return ev
 
     def _flush_light(self, keep: int = 0, read: bool = False) -> None:
-        """Delete the dropped light results but the last `keep` (each call gives back the late
-        buffers whose ops are done; with none kept, the late list is looked at anyway) and,
-        with `read` (the trace, the close) or the log half full, read the memory log out."""
+        """Delete the dropped vars but the last `keep` (a light result by a call, which gives
+        back the late buffers whose ops are done; a Python var by `_free_python`; with none
+        kept, the late list is looked at anyway) and, with `read` (the trace, the close) or the
+        log half full, read the memory log out."""
         world, drops = self._world, self._light_drops
         while len(drops) > keep:
             try:
                 var = drops.pop(0)
             except IndexError:  # another thread took it
                 break
-            while world.drop(world.addr, var) == LATE_FULL:  # a rare backlog: let ops finish
+            answer = world.drop(world.addr, var)
+            while answer == LATE_FULL:  # a rare backlog: let ops finish
                 self.engine.wait_all()
+                answer = world.drop(world.addr, var)
+            if answer == PYTHON_DROP:
+                self._free_python(var)
         if not keep and world.late():
             world.due(world.addr, self.engine._closed)
         if read or world.log_half_full():
             self._read_light_log()
+
+    def _free_python(self, var: int) -> None:
+        """The shipped free (`DroppedResults.free`) of a dropped var that is no light result,
+        a lent one's light reads given back first."""
+        ev = self.vars.get(var)
+        if ev is not None and self._lent and ev in self._lent:
+            self._unlend(ev)
+        DroppedResults.free(self, var)
 
     def _read_light_log(self) -> None:
         block = self._world.read_log()
@@ -137,7 +169,6 @@ class LightResults:
         if (writer is None or engine._done(writer)) and self._world.lend(
                 rid, x.ptr or _address_of(x), writer):
             self._lent[x] = rid
-            self._lent_ids.add(rid)
             return True
         return False
 
@@ -145,27 +176,40 @@ class LightResults:
         """Lent var `x` back to the Python analysis, with the light pushes' reads of it: before
         an op writes it, and before its deletion."""
         rid = self._lent.pop(x)
-        self._lent_ids.discard(rid)
         reads = self._world.unlend(rid)
         if reads and not self.engine._sync:
             readers = self.engine._deps.readers
             readers[x] = sorted(readers.get(x, []) + reads)
 
-    def _answered(self, answer, op_id, name, reads, var, shape, dtype, device, attrs, nbytes,
-                  token, dropped, heavy) -> int:
-        """What a light push does when its call did not simply push (`answer` not 0): a call
-        that could do nothing (the general push instead: a new record, a real var; -1
-        returned); a failed predecessor (the result adopted, the op's record, then the op let
-        go); the log to read out."""
+    def _answered(self, answer, op_id, name, rid, var, shape, dtype, device, scalar, nbytes,
+                  attrs, token, dropped) -> int:
+        """What a light push does when its call did not simply push (`answer` not 0), -1 when
+        the op went another way: a Python var's drop deleted here, then the push made again;
+        an input the state does not hold lent to it (its last write done), then the push made
+        again; a call that could do nothing else, the general push instead (a new record, a
+        real var); a failed predecessor (the result adopted, the op's record, then the op let
+        go); the log to read out. (`attrs`: the op's, None for `issue_scalar`'s.)"""
         engine = self.engine
         if answer < 0:  # nothing of the op done
-            if answer == LATE_FULL:
+            again = answer == PYTHON_DROP
+            if again:
+                self._free_python(dropped)
+            elif answer in (LATE_FULL, GENERAL) and dropped >= 0:  # (the deletion not done)
                 self._light_drops.append(dropped)
-            heavy(op_id, name, reads, var, shape, dtype, device, attrs, nbytes)
+            elif answer == NO_VAR:  # a Python var, lent if its last write is done
+                x = self.vars.get(rid)
+                again = x is not None and self._lend(x, rid)
+            if again:
+                self._scalar(op_id, name, rid, var, shape, dtype, device, scalar, nbytes, attrs)
+            else:
+                if self._light_drops:
+                    self._flush_light()
+                self._heavy(op_id, name, (rid,), var, shape, dtype, device,
+                            {"scalar": scalar} if attrs is None else attrs, nbytes)
             return -1
         if answer & HELD:  # its predecessor failed meanwhile: the result a Python var, for the
             # worker that takes the op to poison by its record
-            x = self.vars.get(reads[0])
+            x = self.vars.get(rid)
             engine._ops[token & (engine.cap - 1)] = (name, op_id, () if x is None else (x,),
                                                      (self.vars[var],), None, ())
             t.release_held(engine.state, token & (engine.cap - 1), 0)
@@ -205,26 +249,4 @@ class LightResults:
         if self._light_trace is not True:  # a bounded trace: the last samples, as the pool's
             merged = merged[-self._light_trace:]
         return [s for s in samples if s[1] != "cpu"] + merged
-
-
-def light_free(backend):
-    """`backend.free` for an engine with light results: a var the var table does not hold is
-    a light result (or none), held for the next push's call, and a second one waiting is
-    deleted now; any other var goes to `DroppedResults.free`, a lent one with its light reads
-    given back first (here, not there: the shipped engine's drop never needs the look)."""
-    vars_, general, drops = backend.vars, backend.free, backend._light_drops
-    lent = backend._lent
-
-    def free(var: int) -> None:
-        ev = vars_.get(var)
-        if ev is not None:
-            if lent and ev in lent:
-                backend._unlend(ev)
-            general(var)
-            return
-        drops.append(var)
-        if len(drops) > 1:
-            backend._flush_light(keep=1)
-
-    return free
 

@@ -2,7 +2,8 @@
 over them that the light calls share.
 
 One int64 array: a header (`HEADER` words: sizes, where each part starts, the arena's and the
-engine table's addresses, counters), then its parts: the var table (keys by open addressing on
+engine table's addresses, counters, and `OFF`: nonzero once light pushes are over, the engine
+closed or a var poisoned or a GPU in use), then its parts: the var table (keys by open addressing on
 the var id, with `EMPTY` and `GONE` slots; each slot's buffer offset, bytes and dims), the
 dependency analysis by slot (`realexec.engine.slotdeps`: rows, nodes, the free node list, room
 for an answer), the free buffers of each size class, the late list (buffers whose var went,
@@ -23,7 +24,7 @@ from realexec.engine.atomics import pointer
 # the header's words: sizes, where each part starts (in words), addresses, counters
 (SLOTS, NODES, LATES, LOGS, SPARES, KEYS, OFFS, SIZES, DIMS, ROWS, LINKS, POOL, PREDS, SPARE,
  NFREE, MADE, LATEBUF, LOGBUF, ARENA, ARENA_BYTES, STATE, STATE_LEN, BUMP, LIVE, LATE_HEAD,
- LATE_TAIL, LOGN, SYNC) = range(28)
+ LATE_TAIL, LOGN, SYNC, OFF) = range(29)
 HEADER = 32
 CLASSES = 10  # size classes of 8 << k bytes
 EMPTY, GONE = -1, -2  # a var table's free slot, and one whose var went

@@ -7,18 +7,21 @@ size classes (8 << k bytes, k < `CLASSES`: up to `LIGHT_BYTES`), its dimensions 
 and its row in the dependency analysis by var slot (`realexec.engine.slotdeps`: the last write
 and the reads since). `push` does, in one call, what the Python push does with its objects:
 
-1. the deletion the frontend held back for it (a dropped light result): its buffer goes back at
-   once if every op on it is done, else onto the late list, given back once the low-water mark
-   `H_LOW` passes its last op (the DESIGN rule: a buffer is reused only after every op touching
-   it has finished), looked at by every call;
+1. the deletion the frontend held back for it (a dropped var; a Python var's is Python's to
+   make, `PYTHON_DROP`): a light result's buffer goes back at once if every op on it is done,
+   else onto the late list, given back once the low-water mark `H_LOW` passes its last op (the
+   DESIGN rule: a buffer is reused only after every op touching it has finished), looked at by
+   every call;
 2. the input: a light result's buffer, or a Python var's lent to the state (`lend`: its last
    write done), with its last write as the predecessor and this op as a read of it (any other
    input: the frontend takes the general path);
 3. the output: a buffer of its class (a free one, or a new one off the arena's end), a slot, its
    write; then the op into the engine's table (`table.push_unary`) behind its predecessor.
 
-A call that cannot do its op (table, arena or reads full; an unknown input) changes nothing of
-it and says why (a negative answer); the frontend then takes the general path. `adopt` turns a
+A call that cannot do its op (light pushes over: `OFF`, set once the engine closes, a var is
+poisoned or a GPU is in use; a result too large; table, arena or reads full; an unknown input)
+changes nothing of it and says why (a negative answer); the frontend then takes the general
+path, or for an unknown input lends it and calls again. `adopt` turns a
 light result into a Python var's buffer when Python needs it (another kind of op reads it):
 its last write and reads move to the Python analysis, and its buffer stays counted here until
 `release` gives it back; `peek` tells a blocker where one lies and its last write, and leaves
@@ -66,6 +69,7 @@ from realexec.engine.arena import (
     MADE,
     NFREE,
     NODES,
+    OFF,
     OFFS,
     POOL,
     PREDS,
@@ -90,6 +94,7 @@ from realexec.engine.loans import adopt, lend, peek, release, unlend
 
 # a push's answer: a negative one means nothing of the op was done
 TABLE_FULL, ARENA_FULL, NO_VAR, READS_FULL, LATE_FULL = -1, -2, -3, -4, -5
+PYTHON_DROP, GENERAL = -6, -7  # the deletion is a Python var's; the op is not light's
 HELD, READ_LOG = 1, 2  # bits of an answer that is not negative (see `push`)
 OP_BITS = 16  # a push's `op`: the op's code below, its name's number above
 _CODE = (1 << OP_BITS) - 1
@@ -98,11 +103,12 @@ LIGHT_BYTES = 8 << (CLASSES - 1)  # the largest light result: 4 KiB
 
 @njit(nogil=True, cache=True)
 def _drop(w, keys, offs, sizes, rows, links, pool, preds, spare, nfree, lates, var, low):
-    """Light result `var` is deleted: 1 if its buffer went back, 0 if it waits on the late list
-    or `var` is not here (nothing to do), LATE_FULL (nothing done) if the late list is full."""
+    """Light result `var` is deleted: 1 if its buffer went back, 0 if it waits on the late list;
+    nothing done if the late list is full (LATE_FULL) or `var` is no light result (PYTHON_DROP:
+    a lent Python var, or one the state does not hold, is Python's to delete)."""
     slot = find(keys, var)
-    if slot < 0:
-        return 0
+    if slot < 0 or sizes[slot] == LENT:
+        return PYTHON_DROP
     if w[LATE_TAIL] - w[LATE_HEAD] >= len(lates):
         return LATE_FULL
     last = -1
@@ -124,11 +130,16 @@ def push(addr, token, op, dtype, in_var, out_var, d0, d1, scalar, op_id, issue, 
     fresh light result of shape (d0, d1), a dimension -1 for none: (d0,) or ()) after the
     deletion of `dropped` (-1: none), which the frontend held back for this call. `in_var`: a
     light result or a lent var (NO_VAR if neither, the deletion done). The answer: LATE_FULL,
-    nothing done; another negative one, the deletion done and nothing of the op (see the
+    PYTHON_DROP (see `_drop`) or GENERAL (light pushes are over, or the result is not a light
+    one), nothing done; another negative one, the deletion done and nothing of the op (see the
     module); else the bits HELD (its predecessor failed: the op waits for the frontend's
     `table.release_held`) and READ_LOG."""
     (w, keys, offs, sizes, dims, rows, links, pool, preds, spare, nfree, made, lates,
      logs) = parts(addr)
+    n = (d0 if d0 >= 0 else 1) * (d1 if d1 >= 0 else 1)  # (a dimension of -1 is none)
+    nbytes = n * ITEMSIZE[dtype]
+    if w[OFF] or not 0 < nbytes <= LIGHT_BYTES:  # (0: an empty array, or more dimensions)
+        return GENERAL
     s = carray(pointer(w[STATE]), w[STATE_LEN], np.int64)
     low = load(s, layout.H_LOW)
     changed = 0
@@ -145,8 +156,6 @@ def push(addr, token, op, dtype, in_var, out_var, d0, d1, scalar, op_id, issue, 
             log_live(w, logs, issue)
         return NO_VAR
     in_addr = offs[src] if sizes[src] == LENT else base + offs[src]
-    n = (d0 if d0 >= 0 else 1) * (d1 if d1 >= 0 else 1)  # (a dimension of -1 is none)
-    nbytes = n * ITEMSIZE[dtype]
     slot = free_slot(keys, out_var)
     off = take(w, spare, nfree, made, nbytes) if slot >= 0 else -1
     if off < 0:
@@ -182,7 +191,7 @@ PUSH_TYPES = (*[types.int64] * 8, types.float64, *[types.int64] * 3)
 @njit(cache=True)
 def drop(addr, var):
     """`push`'s deletion on its own, with the late buffers whose ops are done given back as a
-    push gives them: 1 (given back), 0 (late, or not here) or LATE_FULL (nothing done)."""
+    push gives them: 1 (given back), 0 (late), LATE_FULL or PYTHON_DROP (nothing done)."""
     (w, keys, offs, sizes, dims, rows, links, pool, preds, spare, nfree, made, lates,
      logs) = parts(addr)
     s = carray(pointer(w[STATE]), w[STATE_LEN], np.int64)
@@ -240,6 +249,11 @@ class Light:
         self.out = np.zeros(7 + nodes, np.int64)  # `adopt`'s answer
         self.logs = logs
         self.view = memoryview(w)  # single words read from Python: 30 ns, not numpy's 100
+
+    def off(self) -> None:
+        """Light pushes are over: each push from now on answers GENERAL, and takes the general
+        path (the engine closed, a var poisoned, a GPU in use: none of them is undone)."""
+        self.view[OFF] = 1
 
     def peek(self, var: int):
         """(offset, shape, dtype code, last write, -1 for none) of light result `var`, which

@@ -126,6 +126,7 @@ class NativeEngine(Pushes, WorkerThreads, DeferredFrees, TableSpans, shutdown.En
         # vars lent to light pushes, and how one comes back (set by the backend: realexec.cpu.light)
         self._lent: dict = {}
         self._unlend = None
+        self._lights_out = _nothing  # ends the light pushes: the engine closed, a var poisoned
         self._closed = False
         self._stopped: str | None = None
         self._interrupted = False
@@ -265,6 +266,7 @@ class NativeEngine(Pushes, WorkerThreads, DeferredFrees, TableSpans, shutdown.En
 
     def _stop(self, cancel: bool) -> None:
         self._closed = True
+        self._lights_out()
         shutdown.unregister(self)
         if cancel and self._buf[layout.H_DONE] < self._next:
             self._stopped = (f"the engine was stopped with {self._next - self._buf[layout.H_DONE]} "
@@ -301,6 +303,7 @@ class NativeEngine(Pushes, WorkerThreads, DeferredFrees, TableSpans, shutdown.En
         self._lock = threading.RLock()
         self._failures, self._frees = [], []
         self._closed, self._stopped, self._forked = True, why, True
+        self._lights_out()
         for lane in self.lanes.values():
             lane.threads = []
 
@@ -341,3 +344,7 @@ def _done_in(buf, cap: int):
         return buf[at + layout.F_TOKEN] != token or buf[at + state] == done
 
     return finished
+
+
+def _nothing() -> None:
+    """`_lights_out` of an engine without light results."""

@@ -13,7 +13,8 @@ failed op only read) runs after all, its native kernel through `run_op`.
 `WorkerThreads` is a part of `realexec.engine.native.NativeEngine`, which starts the threads
 (`add_lane`) and sets the state these methods use: the table (`state`, `_buf`), the Python
 records of its slots (`_ops`: name, op id, reads, writes, kernel, arguments), `_lane_index`,
-`_cores` (pinned workers), `_log`, `_lock`, `_failures`, `_tainted`, `_sync` and `_stopped`.
+`_cores` (pinned workers), `_log`, `_lock`, `_failures`, `_tainted`, `_lights_out`, `_sync` and
+`_stopped`.
 Units: nanoseconds (perf_counter_ns) in the spans.
 """
 
@@ -117,6 +118,7 @@ class WorkerThreads:
             if hasattr(v, "failure"):
                 v.failure = failure
         self._tainted = True
+        self._lights_out()  # (the light pushes look no more for inherited failures)
 
     @staticmethod
     def _inherited(reads, writes) -> Failure | None:
