@@ -63,8 +63,8 @@ class Issuing:
             self._same(op.id, op.name, op.reads, out_var.id, out_var.shape, out_var.dtype,
                        op.device, op.attrs, out_var.nbytes)
             return
-        if self._world is not None and self._light_drops:  # before the output is reserved
-            self._flush_light()
+        if self._light_drops:  # (a light engine's) before the output is reserved
+            self._hand_drops()
         engine = self.engine
         if engine.max_inflight is not None:
             engine.throttle(op.name, op.id)  # before reserving: the cap bounds memory too

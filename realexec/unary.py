@@ -27,6 +27,7 @@ from time import perf_counter_ns
 from realexec.cpu.worker import SCALAR
 from realexec.engine import layout
 from realexec.engine import table as t
+from realexec.engine.light import PYTHON_DROP
 from realexec.engine.shutdown import EngineStopped
 from realexec.issuing import _CODES, _address_of, no_room
 
@@ -109,7 +110,8 @@ def light_push(backend, heavy):
     and the device."""
     engine, world = backend.engine, backend._world
     push, addr, drops = world.push, world.addr, backend._light_drops
-    buf, codes, flush = engine._buf, backend._light_codes, backend._flush_light
+    buf, codes, hand = engine._buf, backend._light_codes, backend._hand_drops
+    free_python = backend._free_python
 
     def issue_scalar(op_id, name, rid, var, shape, dtype, device, scalar, nbytes, attrs=None):
         op = codes.get(name)  # its op code and name's number, packed
@@ -117,7 +119,7 @@ def light_push(backend, heavy):
             op = backend._light_code(name)
         if op < 0 or device != "cpu":
             if drops:
-                flush()
+                hand()
             heavy(op_id, name, (rid,), var, shape, dtype, device,
                   {"scalar": scalar} if attrs is None else attrs, nbytes)
             return
@@ -135,10 +137,15 @@ def light_push(backend, heavy):
         dropped = -1
         if drops:  # (a drop on another thread only appends)
             if len(drops) > 1:
-                flush(keep=1)
+                hand(keep=1)
             dropped = drops.pop()
         answer = push(addr, token, op, _CODES[dtype], rid, var, d0, d1, scalar, op_id, t_issue,
                       dropped)
+        if answer == PYTHON_DROP:  # a Python var's drop, deleted here; the call made again
+            free_python(dropped)
+            dropped = -1
+            answer = push(addr, token, op, _CODES[dtype], rid, var, d0, d1, scalar, op_id,
+                          t_issue, -1)
         if answer:  # not the common case: see `LightResults._answered`
             answer = backend._answered(answer, op_id, name, rid, var, shape, dtype, device,
                                        scalar, nbytes, attrs, token, dropped)
@@ -152,7 +159,7 @@ def light_push(backend, heavy):
                          attrs.get("scalar", 0.0), nbytes, attrs)
         else:
             if drops:
-                flush()
+                hand()
             heavy(op_id, name, reads, var, shape, dtype, device, attrs, nbytes)
 
     return issue_same, issue_scalar

@@ -16,9 +16,11 @@ Drops: every drop waits in `_light_drops` (the backend's `free` is that list's `
 Python frame per drop, where the light push's own frame cost 0.1 us, 2-core AMD EPYC VM). The
 next light push hands the last one to its call, which deletes it first; the call answers
 `PYTHON_DROP` for a Python var's (a lent one, an adopted one, one of another kind of op), and
-Python deletes it (`_free_python`, the shipped `free`) and makes the push again. Two or more
-waiting, the push deletes all but the last first; the general path, every blocker, mark, trace
-and close delete them all (`_flush_light`), before anything is reserved: so memory comes back
+Python deletes it (`_free_python`, the shipped `free`) and makes the call again (0.25 us: in
+the common loop the drop is a light result's, which a look in Python would have cost 35 ns).
+Two or more waiting, the push deletes all but the last first; the general path, every
+blocker, mark, trace and close delete them all (`_flush_light`: a Python var's without a
+call), before anything is reserved: so memory comes back
 at the next push or blocker, never later than before the next output is taken. Appends and
 pops of that list are single steps, so a drop on another thread (a collection) is neither lost
 nor made twice.
@@ -47,7 +49,6 @@ from realexec.engine.light import (
     LATE_FULL,
     NO_VAR,
     OP_BITS,
-    PYTHON_DROP,
     READ_LOG,
     Light,
 )
@@ -112,33 +113,39 @@ class LightResults:
         return ev
 
     def _flush_light(self, keep: int = 0, read: bool = False) -> None:
-        """Delete the dropped vars but the last `keep` (a light result by a call, which gives
-        back the late buffers whose ops are done; a Python var by `_free_python`; with none
-        kept, the late list is looked at anyway) and, with `read` (the trace, the close) or the
-        log half full, read the memory log out."""
-        world, drops = self._world, self._light_drops
-        while len(drops) > keep:
-            try:
-                var = drops.pop(0)
-            except IndexError:  # another thread took it
-                break
-            answer = world.drop(world.addr, var)
-            while answer == LATE_FULL:  # a rare backlog: let ops finish
-                self.engine.wait_all()
-                answer = world.drop(world.addr, var)
-            if answer == PYTHON_DROP:
-                self._free_python(var)
+        """`_hand_drops(keep)`; with none kept (a blocker, a mark, the trace, the close), the late
+        buffers whose ops are done given back too; with `read` (the trace, the close) or the log
+        half full, the memory log read out."""
+        self._hand_drops(keep)
+        world = self._world
         if not keep and world.late():
             world.due(world.addr, self.engine._closed)
         if read or world.log_half_full():
             self._read_light_log()
 
+    def _hand_drops(self, keep: int = 0) -> None:
+        """Delete the held drops but the last `keep`: a Python var's by the shipped free, with no
+        call (`in` adopts nothing); a light result's by a call, which gives back the late
+        buffers whose ops are done. What a general push does first."""
+        drops, vars_, world = self._light_drops, self.vars, self._world
+        while len(drops) > keep:
+            try:
+                var = drops.pop(0)
+            except IndexError:  # another thread took it
+                break
+            if var in vars_:
+                self._free_python(var)
+                continue
+            while world.drop(world.addr, var) == LATE_FULL:  # a rare backlog: let ops finish
+                self.engine.wait_all()
+
     def _free_python(self, var: int) -> None:
         """The shipped free (`DroppedResults.free`) of a dropped var that is no light result,
         a lent one's light reads given back first."""
-        ev = self.vars.get(var)
-        if ev is not None and self._lent and ev in self._lent:
-            self._unlend(ev)
+        if self._lent:
+            ev = self.vars.get(var)
+            if ev in self._lent:
+                self._unlend(ev)
         DroppedResults.free(self, var)
 
     def _read_light_log(self) -> None:
@@ -184,17 +191,15 @@ class LightResults:
     def _answered(self, answer, op_id, name, rid, var, shape, dtype, device, scalar, nbytes,
                   attrs, token, dropped) -> int:
         """What a light push does when its call did not simply push (`answer` not 0), -1 when
-        the op went another way: a Python var's drop deleted here, then the push made again;
-        an input the state does not hold lent to it (its last write done), then the push made
-        again; a call that could do nothing else, the general push instead (a new record, a
-        real var); a failed predecessor (the result adopted, the op's record, then the op let
-        go); the log to read out. (`attrs`: the op's, None for `issue_scalar`'s.)"""
+        the op went another way: an input the state does not hold lent to it (its last write
+        done), then the push made again; a call that could do nothing else, the general push
+        instead (a new record, a real var); a failed predecessor (the result adopted, the op's
+        record, then the op let go); the log to read out. (`attrs`: the op's, None for
+        `issue_scalar`'s.)"""
         engine = self.engine
-        if answer < 0:  # nothing of the op done
-            again = answer == PYTHON_DROP
-            if again:
-                self._free_python(dropped)
-            elif answer in (LATE_FULL, GENERAL) and dropped >= 0:  # (the deletion not done)
+        if answer < 0:  # nothing of the op done (a Python var's drop: `issue_scalar`'s)
+            again = False
+            if answer in (LATE_FULL, GENERAL) and dropped >= 0:  # (the deletion not done)
                 self._light_drops.append(dropped)
             elif answer == NO_VAR:  # a Python var, lent if its last write is done
                 x = self.vars.get(rid)
@@ -203,7 +208,7 @@ class LightResults:
                 self._scalar(op_id, name, rid, var, shape, dtype, device, scalar, nbytes, attrs)
             else:
                 if self._light_drops:
-                    self._flush_light()
+                    self._hand_drops()
                 self._heavy(op_id, name, (rid,), var, shape, dtype, device,
                             {"scalar": scalar} if attrs is None else attrs, nbytes)
             return -1
