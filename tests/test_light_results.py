@@ -306,6 +306,52 @@ def test_size_classes_cover_their_bytes():
         assert 8 << k >= nbytes and (k == 0 or 8 << (k - 1) < nbytes)
 
 
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(st.tuples(st.booleans(), st.integers(0, 40)), max_size=120))
+def test_the_var_table_finds_what_it_holds_and_nothing_else(steps):
+    """The light var table (open addressing, GONE slots left by deletions) on 16 slots, over any
+    run of insertions of fresh ids (rising, as the frontend's are) and deletions: `find` gives
+    each held var's slot and -1 for any other id, and looks at no more than `PROBE` + 1 slots,
+    the farthest a var was put from its own (a look for an id not held once went round the
+    whole table)."""
+    w = np.zeros(arena.HEADER, np.int64)
+    keys = np.full(16, arena.EMPTY, np.int64)
+    held, next_id = {}, 0
+    for insert, pick in steps:
+        if insert and len(held) < 16:
+            slot = arena.free_slot(w, keys, next_id)
+            assert slot >= 0 and slot not in held.values()
+            keys[slot] = next_id
+            held[next_id] = slot
+            next_id += 1 + pick % 5  # (ids that reach no array here: another kind of op's)
+        elif held:
+            var = sorted(held)[pick % len(held)]
+            keys[held.pop(var)] = arena.GONE
+        for var in range(next_id + 3):
+            assert arena.find(w, keys, var) == held.get(var, -1)
+    assert all((slot - var) % 16 <= w[arena.PROBE] for var, slot in held.items())
+
+
+def test_a_look_for_a_python_var_stays_short_after_the_ids_go_round():
+    """After more light results than the var table has slots, every slot is taken or GONE; a
+    Python var's drop before a light push (a look that finds nothing) still looks at few."""
+    with light_session(workers=1) as nd:
+        world = nd._backend._world
+        x = nd.ones((1, 2))
+        x.wait_to_read()
+        for _ in range(world.words[arena.SLOTS] + 100):
+            y = x + 1
+        nd.waitall()
+        keys = world.words[world.words[arena.KEYS]:][:world.words[arena.SLOTS]]
+        assert not (keys == arena.EMPTY).any() and world.words[arena.PROBE] < 8
+        big = nd.ones((64, 64))
+        big.wait_to_read()
+        del big  # a Python var's, held for the next push
+        z = x + 2
+        assert z.var not in nd._backend.vars
+        np.testing.assert_array_equal(z.asnumpy() + y.asnumpy(), np.full((1, 2), 5, np.float32))
+
+
 def broken_kernel(inputs, out, attrs):
     raise ZeroDivisionError("injected failure")
 

@@ -2,16 +2,16 @@
 over them that the light calls share.
 
 One int64 array: a header (`HEADER` words: sizes, where each part starts, the arena's and the
-engine table's addresses, counters, and `OFF`: nonzero once light pushes are over, the engine
-closed or a var poisoned or a GPU in use), then its parts: the var table (keys by open addressing on
-the var id, with `EMPTY` and `GONE` slots; each slot's buffer offset, bytes and dims), the
-dependency analysis by slot (`realexec.engine.slotdeps`: rows, nodes, the free node list, room
-for an answer), the free buffers of each size class, the late list (buffers whose var went,
-each with the last op on it) and the memory log. `parts` makes an array over each part at every
-call, from the header. The arena itself is a separate uint8 array, cut in size classes of
-8 << k bytes (k < `CLASSES`) off its end as they are first asked for; a class never has more
-buffers than its free list has room for. No threads: one caller at a time. Units: bytes,
-tokens, nanoseconds.
+engine table's addresses, counters, the longest probe (`find`), and `OFF`: nonzero once light
+pushes are over, the engine closed or a var poisoned or a GPU in use), then its parts: the var
+table (keys by open addressing on the var id, with `EMPTY` and `GONE` slots; each slot's buffer
+offset, bytes and dims), the dependency analysis by slot (`realexec.engine.slotdeps`: rows,
+nodes, the free node list, room for an answer), the free buffers of each size class, the late
+list (buffers whose var went, each with the last op on it) and the memory log. `parts` makes an
+array over each part at every call, from the header. The arena itself is a separate uint8
+array, cut in size classes of 8 << k bytes (k < `CLASSES`) off its end as they are first asked
+for; a class never has more buffers than its free list has room for. No threads: one caller at
+a time. Units: bytes, tokens, nanoseconds.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from realexec.engine.atomics import pointer
 # the header's words: sizes, where each part starts (in words), addresses, counters
 (SLOTS, NODES, LATES, LOGS, SPARES, KEYS, OFFS, SIZES, DIMS, ROWS, LINKS, POOL, PREDS, SPARE,
  NFREE, MADE, LATEBUF, LOGBUF, ARENA, ARENA_BYTES, STATE, STATE_LEN, BUMP, LIVE, LATE_HEAD,
- LATE_TAIL, LOGN, SYNC, OFF) = range(29)
+ LATE_TAIL, LOGN, SYNC, OFF, PROBE) = range(30)
 HEADER = 32
 CLASSES = 10  # size classes of 8 << k bytes
 EMPTY, GONE = -1, -2  # a var table's free slot, and one whose var went
@@ -54,11 +54,14 @@ def parts(addr):
 
 
 @njit(nogil=True, cache=True)
-def find(keys, var):
-    """`var`'s slot, or -1."""
+def find(w, keys, var):
+    """`var`'s slot, or -1. A look stops at an EMPTY slot or after `w[PROBE] + 1` slots, the
+    farthest any var was put from its own: once the ids have gone round the table, every slot
+    is taken or GONE, and a look for a var not here (a Python var's drop, an input to lend) went
+    round it all (16384 slots, 14 us)."""
     mask = len(keys) - 1
     i = var & mask
-    for _ in range(len(keys)):
+    for _ in range(min(len(keys), w[PROBE] + 1)):
         k = keys[i]
         if k == var:
             return i
@@ -69,12 +72,14 @@ def find(keys, var):
 
 
 @njit(nogil=True, cache=True)
-def free_slot(keys, var):
-    """A slot for a var not in the table, or -1 (full)."""
+def free_slot(w, keys, var):
+    """A slot for a var not in the table, or -1 (full); `w[PROBE]` raised to its distance."""
     mask = len(keys) - 1
     i = var & mask
-    for _ in range(len(keys)):
+    for step in range(len(keys)):
         if keys[i] < 0:
+            if step > w[PROBE]:
+                w[PROBE] = step
             return i
         i = (i + 1) & mask
     return -1

@@ -106,7 +106,7 @@ def _drop(w, keys, offs, sizes, rows, links, pool, preds, spare, nfree, lates, v
     """Light result `var` is deleted: 1 if its buffer went back, 0 if it waits on the late list;
     nothing done if the late list is full (LATE_FULL) or `var` is no light result (PYTHON_DROP:
     a lent Python var, or one the state does not hold, is Python's to delete)."""
-    slot = find(keys, var)
+    slot = find(w, keys, var)
     if slot < 0 or sizes[slot] == LENT:
         return PYTHON_DROP
     if w[LATE_TAIL] - w[LATE_HEAD] >= len(lates):
@@ -150,13 +150,13 @@ def push(addr, token, op, dtype, in_var, out_var, d0, d1, scalar, op_id, issue, 
             return changed
     changed += give_back_due(w, lates, spare, nfree, low)
     base = w[ARENA]
-    src = find(keys, in_var)
+    src = find(w, keys, in_var)
     if src < 0:
         if changed:
             log_live(w, logs, issue)
         return NO_VAR
     in_addr = offs[src] if sizes[src] == LENT else base + offs[src]
-    slot = free_slot(keys, out_var)
+    slot = free_slot(w, keys, out_var)
     off = take(w, spare, nfree, made, nbytes) if slot >= 0 else -1
     if off < 0:
         if changed:

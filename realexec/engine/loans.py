@@ -22,10 +22,10 @@ from realexec.engine.atomics import now_ns
 
 
 @njit(nogil=True, cache=True)
-def _look(keys, offs, sizes, dims, rows, var, out):
+def _look(w, keys, offs, sizes, dims, rows, var, out):
     """Light result `var`'s slot (-1: not here), and its buffer offset, bytes, dims, dtype
     code and last write (-1: none) into `out`."""
-    slot = find(keys, var)
+    slot = find(w, keys, var)
     if slot >= 0:
         out[0], out[1], out[2], out[3] = offs[slot], sizes[slot], dims[slot, 0], dims[slot, 1]
         out[4], out[5] = dims[slot, 2], rows[slot, slotdeps.WRITER]
@@ -38,7 +38,7 @@ def peek(addr, var, out):
     False if not here."""
     (w, keys, offs, sizes, dims, rows, links, pool, preds, spare, nfree, made, lates,
      logs) = parts(addr)
-    return _look(keys, offs, sizes, dims, rows, var, out) >= 0
+    return _look(w, keys, offs, sizes, dims, rows, var, out) >= 0
 
 
 @njit(cache=True)
@@ -48,7 +48,7 @@ def adopt(addr, var, out):
     `release`. False if `var` is not here."""
     (w, keys, offs, sizes, dims, rows, links, pool, preds, spare, nfree, made, lates,
      logs) = parts(addr)
-    slot = _look(keys, offs, sizes, dims, rows, var, out)
+    slot = _look(w, keys, offs, sizes, dims, rows, var, out)
     if slot < 0:
         return False
     read = rows[slot, slotdeps.HEAD] >= 0
@@ -67,7 +67,7 @@ def lend(addr, var, address, writer):
     -1 (the var table is full)."""
     (w, keys, offs, sizes, dims, rows, links, pool, preds, spare, nfree, made, lates,
      logs) = parts(addr)
-    slot = free_slot(keys, var)
+    slot = free_slot(w, keys, var)
     if slot < 0:
         return -1
     keys[slot], offs[slot], sizes[slot] = var, address, LENT
@@ -82,7 +82,7 @@ def unlend(addr, var, out):
     count returned (-1: not lent)."""
     (w, keys, offs, sizes, dims, rows, links, pool, preds, spare, nfree, made, lates,
      logs) = parts(addr)
-    slot = find(keys, var)
+    slot = find(w, keys, var)
     if slot < 0:
         return -1
     read = rows[slot, slotdeps.HEAD] >= 0
