@@ -39,8 +39,7 @@ from realexec.cpu.loops import ADD
 from realexec.cpu.native_ops import SCALAR
 from realexec.engine import layout, table
 from realexec.engine import slotdeps as deps
-from realexec.engine.arena import EMPTY, GONE  # a var table's free slot, one whose var went
-from realexec.engine.arena import find as _find  # a var's slot in it (open addressing)
+from realexec.engine.arena import EMPTY, GONE, probe  # a free slot, a GONE one, a look
 from realexec.engine.atomics import load, now_ns, pause, sched_yield, store
 
 TABLE_FULL, ARENA_FULL, NODES_FULL = -1, -2, -3  # why the reader stopped: the stop word
@@ -52,6 +51,12 @@ SPIN = 256  # empty looks at the ring, a `pause` apart (some microseconds), befo
 # the frontend's wait for room or for the reader: a sleep, so that the cores go to the workers
 # (a blocker of the real engine sleeps on a futex the last op wakes; this one looks again)
 WAIT_S = 20e-6
+
+
+@njit(nogil=True, cache=True)
+def _find(keys, var):
+    """`var`'s slot, or -1 (a look that may go round the table: this one keeps no PROBE)."""
+    return probe(keys, var, len(keys))
 
 
 @njit(nogil=True, cache=True)

@@ -82,6 +82,7 @@ class LightResults:
         self._world = None
         self._light_drops: list = []  # dropped light results, for the next call
         self._lent: dict = {}  # Python var -> its frontend id, while lent (`_lend`)
+        self._lent_ids: set = set()  # their frontend ids (`issue_same` looks here first)
         self._light_log: list = []  # blocks of (t_ns, live bytes of the arena), as arrays
         self._light_trace = trace
         if getattr(engine, "light", False):
@@ -176,6 +177,7 @@ class LightResults:
         if (writer is None or engine._done(writer)) and self._world.lend(
                 rid, x.ptr or _address_of(x), writer):
             self._lent[x] = rid
+            self._lent_ids.add(rid)
             return True
         return False
 
@@ -183,6 +185,7 @@ class LightResults:
         """Lent var `x` back to the Python analysis, with the light pushes' reads of it: before
         an op writes it, and before its deletion."""
         rid = self._lent.pop(x)
+        self._lent_ids.discard(rid)
         reads = self._world.unlend(rid)
         if reads and not self.engine._sync:
             readers = self.engine._deps.readers
@@ -199,9 +202,9 @@ class LightResults:
         engine = self.engine
         if answer < 0:  # nothing of the op done (a Python var's drop: `issue_scalar`'s)
             again = False
-            if answer in (LATE_FULL, GENERAL) and dropped >= 0:  # (the deletion not done)
+            if answer in (LATE_FULL, GENERAL, NO_VAR) and dropped >= 0:  # (not deleted)
                 self._light_drops.append(dropped)
-            elif answer == NO_VAR:  # a Python var, lent if its last write is done
+            if answer == NO_VAR:  # a Python var, lent if its last write is done
                 x = self.vars.get(rid)
                 again = x is not None and self._lend(x, rid)
             if again:

@@ -54,14 +54,11 @@ def parts(addr):
 
 
 @njit(nogil=True, cache=True)
-def find(w, keys, var):
-    """`var`'s slot, or -1. A look stops at an EMPTY slot or after `w[PROBE] + 1` slots, the
-    farthest any var was put from its own: once the ids have gone round the table, every slot
-    is taken or GONE, and a look for a var not here (a Python var's drop, an input to lend) went
-    round it all (16384 slots, 14 us)."""
+def probe(keys, var, limit):
+    """`var`'s slot, or -1: a look at `limit` slots at most from its own, stopping at EMPTY."""
     mask = len(keys) - 1
     i = var & mask
-    for _ in range(min(len(keys), w[PROBE] + 1)):
+    for _ in range(min(len(keys), limit)):
         k = keys[i]
         if k == var:
             return i
@@ -69,6 +66,15 @@ def find(w, keys, var):
             return -1
         i = (i + 1) & mask
     return -1
+
+
+@njit(nogil=True, cache=True)
+def find(w, keys, var):
+    """`var`'s slot, or -1. The look stops after `w[PROBE] + 1` slots, the farthest any var was
+    put from its own: once the ids have gone round the table, every slot is taken or GONE, and
+    a look for a var not here (a Python var's drop, an input to lend) went round it all (16384
+    slots, 14 us)."""
+    return probe(keys, var, w[PROBE] + 1)
 
 
 @njit(nogil=True, cache=True)

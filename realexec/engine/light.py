@@ -129,9 +129,9 @@ def push(addr, token, op, dtype, in_var, out_var, d0, d1, scalar, op_id, issue, 
     above `OP_BITS` the number of the op's name in the engine's table; `out_var` a
     fresh light result of shape (d0, d1), a dimension -1 for none: (d0,) or ()) after the
     deletion of `dropped` (-1: none), which the frontend held back for this call. `in_var`: a
-    light result or a lent var (NO_VAR if neither, the deletion done). The answer: LATE_FULL,
-    PYTHON_DROP (see `_drop`) or GENERAL (light pushes are over, or the result is not a light
-    one), nothing done; another negative one, the deletion done and nothing of the op (see the
+    light result or a lent var. The answer: GENERAL (light pushes are over, or the result is
+    not a light one), NO_VAR (`in_var` is neither), LATE_FULL or PYTHON_DROP (see `_drop`),
+    nothing done; another negative one, the deletion done and nothing of the op (see the
     module); else the bits HELD (its predecessor failed: the op waits for the frontend's
     `table.release_held`) and READ_LOG."""
     (w, keys, offs, sizes, dims, rows, links, pool, preds, spare, nfree, made, lates,
@@ -140,6 +140,9 @@ def push(addr, token, op, dtype, in_var, out_var, d0, d1, scalar, op_id, issue, 
     nbytes = n * ITEMSIZE[dtype]
     if w[OFF] or not 0 < nbytes <= LIGHT_BYTES:  # (0: an empty array, or more dimensions)
         return GENERAL
+    src = find(w, keys, in_var)
+    if src < 0:
+        return NO_VAR
     s = carray(pointer(w[STATE]), w[STATE_LEN], np.int64)
     low = load(s, layout.H_LOW)
     changed = 0
@@ -150,11 +153,6 @@ def push(addr, token, op, dtype, in_var, out_var, d0, d1, scalar, op_id, issue, 
             return changed
     changed += give_back_due(w, lates, spare, nfree, low)
     base = w[ARENA]
-    src = find(w, keys, in_var)
-    if src < 0:
-        if changed:
-            log_live(w, logs, issue)
-        return NO_VAR
     in_addr = offs[src] if sizes[src] == LENT else base + offs[src]
     slot = free_slot(w, keys, out_var)
     off = take(w, spare, nfree, made, nbytes) if slot >= 0 else -1
