@@ -10,8 +10,9 @@ to the compiled state; one still being written sends the op the general way). Th
   the result before it, which that call deletes, included) in place of the op's issue price;
   the frontend's other additions (`mix`, the first of its kind) stay;
 - its result's drop is held for the next light push, whose call deletes it first (priced with
-  that push); a drop while one is held deletes that one in a call of its own
-  (`profile.light_flush`). A blocker or a mark deletes the held one too;
+  that push); a drop while one is held prices that one's deletion (`profile.light_flush`),
+  which realexec's next push makes in a call of its own before its own (charged and given back
+  here, at the drop). A blocker or a mark deletes the held one too;
 - a deleted result's buffer goes back at once when every op up to the last that touched it has
   finished (the engine's low-water mark), else it waits on a late list, in order, for the next
   light push or blocker or mark after that (and one more look once a blocker's wait is over);
@@ -20,8 +21,11 @@ to the compiled state; one still being written sends the op the general way). Th
   follows the shipped rules from then on.
 
 Not modelled: the look a blocker makes for deletions and late buffers (inside its t3, which
-the calibration times on the shipped engine), and the light call that finds an input still
-being written before the op takes the general path (0.4 us).
+the calibration times on the shipped engine); the light call that finds an input still being
+written before an op of an array and a number takes the general path (0.3 us; relu and a
+gradient look in Python first); the second call of a light push after the drop of an ordinary
+var (0.25 us); and that realexec holds an ordinary var's drop, as a light one's, for the next
+push or blocker (the same work, an op later).
 
 Assumptions: `LightRules` is a mixin of `asyncsim.model.simulate._Model`, called by the
 frontend's walk (`asyncsim.model.issue`) in program order; it reads the model's `profile`,

@@ -5,8 +5,10 @@ realexec.calibrate: what the model's `asyncsim.model.light` charges the frontend
   (8,) float32 array whose last write is done (lent to the compiled state): the period of a loop
   of `n` of them, the workers free (each result's op is done when the next push deletes it, as
   in a loop whose worker keeps up), timed right after an untimed loop of its own;
-- `light_flush`: a drop made while another is held (that one deleted in a call of its own), in
-  rounds of `DROP_BATCH` results made, waited for, then dropped one after another.
+- `light_flush`: a drop made while another is held: the deletion of that one, which the next
+  push makes in a call of its own before its own (a drop itself is a list's append), in rounds
+  of `DROP_BATCH` results made, waited for, dropped one after another, then one push: the
+  round's time less a push's (`light`, of the same loop), over its `DROP_BATCH - 1` deletions.
 
 Why not behind held workers, as `realexec.calibration.microbench.frontend` times t1: there every
 result's op waits, so each drop goes onto the late list and each push takes a buffer nobody
@@ -46,7 +48,8 @@ def light_prices(workers: int, n: int, loops: int, pause: float) -> dict:
             return seconds
 
         def flushing() -> float:
-            """Seconds per drop of a done light result, each made while another is held."""
+            """Seconds per round: `DROP_BATCH` done light results dropped one after another,
+            then the push that deletes all but the last."""
             total, rounds = 0, max(1, n // DROP_BATCH)
             for _ in range(rounds):
                 kept = [x + 1.0 for _ in range(DROP_BATCH)]
@@ -54,16 +57,18 @@ def light_prices(workers: int, n: int, loops: int, pause: float) -> dict:
                 start = perf_counter_ns()
                 while kept:
                     kept.pop()
+                y = x + 1.0  # noqa: F841 -- its push makes the deletions
                 total += perf_counter_ns() - start
             nd.waitall()
-            return total * 1e-9 / (rounds * DROP_BATCH)
+            return total * 1e-9 / rounds
 
         samples: dict = {"light": [], "light_flush": []}
         for _ in range(loops):
             busy(pause)
             samples["light"].append(loop())
             flushing()  # untimed: the path hot, as for the others
-            samples["light_flush"].append(flushing())
+            samples["light_flush"].append(
+                max(0.0, flushing() - samples["light"][-1]) / (DROP_BATCH - 1))
     prices = {name: central(values) for name, values in samples.items()}
     prices["spread"] = {name: [min(values), max(values)] for name, values in samples.items()}
     return prices
