@@ -19,11 +19,10 @@ next light push hands the last one to its call, which deletes it first; the call
 Python deletes it (`_free_python`, the shipped `free`) and makes the call again (0.25 us: in
 the common loop the drop is a light result's, which a look in Python would have cost 35 ns).
 Two or more waiting, the push deletes all but the last first; the general path, every
-blocker, mark, trace and close delete them all (`_flush_light`: a Python var's without a
-call), before anything is reserved: so memory comes back
-at the next push or blocker, never later than before the next output is taken. Appends and
-pops of that list are single steps, so a drop on another thread (a collection) is neither lost
-nor made twice.
+blocker, mark, trace and close delete them all (`_hand_drops`, `_flush_light`: a Python var's
+without a call), before anything is reserved: so memory comes back at the next push or
+blocker, never later than before the next output is taken. Appends and pops of that list are
+single steps, so a drop on another thread (a collection) is neither lost nor made twice.
 
 Inputs: a light push reads a light result, or a Python var whose last write is done (lent to
 the state when a call answers `NO_VAR`, and the push made again: `_lend`). A Python var whose
@@ -80,7 +79,7 @@ class LightResults:
 
     def _init_light(self, engine, trace) -> None:
         self._world = None
-        self._light_drops: list = []  # dropped light results, for the next call
+        self._light_drops: list = []  # every drop, for the next push or blocker
         self._lent: dict = {}  # Python var -> its frontend id, while lent (`_lend`)
         self._lent_ids: set = set()  # their frontend ids (`issue_same` looks here first)
         self._light_log: list = []  # blocks of (t_ns, live bytes of the arena), as arrays
@@ -113,13 +112,13 @@ class LightResults:
         self.vars[var] = ev
         return ev
 
-    def _flush_light(self, keep: int = 0, read: bool = False) -> None:
-        """`_hand_drops(keep)`; with none kept (a blocker, a mark, the trace, the close), the late
-        buffers whose ops are done given back too; with `read` (the trace, the close) or the log
-        half full, the memory log read out."""
-        self._hand_drops(keep)
+    def _flush_light(self, read: bool = False) -> None:
+        """A blocker, a mark, the trace, the close: every held drop deleted (`_hand_drops`), the
+        late buffers whose ops are done given back, and with `read` (the trace, the close) or
+        the log half full, the memory log read out."""
+        self._hand_drops()
         world = self._world
-        if not keep and world.late():
+        if world.late():
             world.due(world.addr, self.engine._closed)
         if read or world.log_half_full():
             self._read_light_log()
