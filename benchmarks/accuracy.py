@@ -246,7 +246,9 @@ def collect(args, force: bool) -> list:
     spells = measured.get("gate")
     if spells:
         print(f"  calibration met {spells['slow']} slow spell(s) after a step (taken again) and "
-              f"waited {spells['waited']} look(s) for one to end before a step")
+              f"waited {spells['waited']} look(s) for one to end before a step"
+              + (f"; taken again whole, as {spells['retaken']} step(s) ran before the machine "
+                 f"showed its usual speed" if spells.get("retaken") else ""))
     gate = Gate.of(profile)  # runs in the state the calibration saw
     sizes = QUICK_SIZES if args.quick else SIZES
     names = args.only or scenarios.names("cpu")

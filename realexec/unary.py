@@ -139,17 +139,11 @@ def light_push(backend, heavy):
             if len(drops) > 1:
                 hand(keep=1)
             dropped = drops.pop()
-        # the push's span, and its memory entry, start after the deletions above: stamped
-        # before them, the take sorted before the memory they gave back in the Trace
-        t_issue = perf_counter_ns()
-        answer = push(addr, token, op, _CODES[dtype], rid, var, d0, d1, scalar, op_id, t_issue,
-                      dropped)
+        answer = push(addr, token, op, _CODES[dtype], rid, var, d0, d1, scalar, op_id, dropped)
         if answer == PYTHON_DROP:  # a Python var's drop, deleted here; the call made again
             free_python(dropped)
             dropped = -1
-            t_issue = perf_counter_ns()
-            answer = push(addr, token, op, _CODES[dtype], rid, var, d0, d1, scalar, op_id,
-                          t_issue, -1)
+            answer = push(addr, token, op, _CODES[dtype], rid, var, d0, d1, scalar, op_id, -1)
         if answer:  # not the common case: see `LightResults._answered`
             answer = backend._answered(answer, op_id, name, rid, var, shape, dtype, device,
                                        scalar, nbytes, attrs, token, dropped)

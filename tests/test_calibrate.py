@@ -480,3 +480,30 @@ def test_a_light_engines_profile_has_the_light_prices(monkeypatch, quick_profile
     assert native.light == 0.0 and native.meta["engine"] == "native"
     with pytest.raises(ValueError, match="'python'"):
         cal.calibrate(workers=1, quick=True, cache=False, engine="python")
+
+
+@pytest.mark.filterwarnings("ignore:calibrate. other processes:UserWarning")  # as above
+def test_a_calibration_whose_steps_ran_behind_the_usual_state_is_taken_again(monkeypatch,
+                                                                              quick_profile):
+    """When the gate saw the machine's usual speed only after some steps had passed against a
+    slower one (`Gate.behind`), calibration measures again, once, waiting for the fastest
+    state it saw; the profile keeps the second take and says how many steps were behind."""
+    raw = dict(quick_profile.meta["measurements"])
+    takes = []
+
+    def measure(*args):
+        takes.append(args)
+        gate = {"fastest": 0.01, "slow": 0, "waited": 0, "behind": 3 if len(takes) == 1 else 0}
+        return json.loads(json.dumps({**raw, "gate": gate, "speed_probe": [0.02 * len(takes)]}))
+
+    monkeypatch.setattr(cal, "_measure", measure)
+    profile = cal.calibrate(workers=1, quick=True, cache=False, progress=False, gpu=False)
+    assert len(takes) == 2 and takes[1][-1] == 0.01 and len(takes[0]) == 4
+    measured = profile.meta["measurements"]
+    assert measured["speed_probe"] == [0.04] and measured["gate"]["retaken"] == 3
+
+    takes.clear()
+    raw["gate"] = {"fastest": 0.01, "slow": 0, "waited": 0, "behind": 0}
+    monkeypatch.setattr(cal, "_measure", lambda *args: takes.append(args) or dict(raw))
+    cal.calibrate(workers=1, quick=True, cache=False, progress=False, gpu=False)
+    assert len(takes) == 1

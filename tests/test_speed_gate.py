@@ -99,7 +99,7 @@ def test_a_machine_that_stays_slow_is_measured_as_it_is():
     script = Script([SPELL] * 20)
     gate = Gate(USUAL, probe=script.probe, patience=3)
     assert gate.run(script.step, "x", retries=1) == 2
-    assert gate.summary() == {"fastest": USUAL, "slow": 2, "waited": 6}
+    assert gate.summary() == {"fastest": USUAL, "slow": 2, "waited": 6, "behind": 2}
 
 
 def test_without_a_reference_the_fastest_look_is_the_usual_state():
@@ -122,3 +122,34 @@ def test_the_product_probe_grows_with_the_product_and_leaves_the_blas_limit_as_i
     assert 0.0 < small < large
     after = [p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
     assert after == before
+
+
+def test_steps_taken_before_the_usual_state_showed_are_counted_behind():
+    """A gate that starts in a slow phase passes its first steps against the slow speed it has
+    seen; once the machine shows its usual speed, those steps are `behind` (calibration takes
+    itself again then), and the steps after them are not."""
+    script = Script([SPELL, SPELL, SPELL, SPELL, USUAL, USUAL, USUAL, USUAL])
+    gate = Gate(probe=script.probe)
+    gate.run(script.step, "early")  # looks SPELL, SPELL: the only speed seen
+    assert gate.behind() == 0
+    gate.run(script.step, "still slow")  # SPELL, SPELL
+    gate.run(script.step, "usual")  # USUAL: the fastest now; the two before are behind it
+    assert gate.behind() == 2
+    assert gate.summary()["behind"] == 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(speeds=_speeds, steps=st.integers(1, 5))
+def test_with_a_known_reference_only_steps_out_of_patience_are_behind(speeds, steps):
+    """Given the usual state, a take starts after a look within SLOW of it unless the gate ran
+    out of patience: `behind` counts exactly those."""
+    script = Script(speeds)
+    gate = Gate(USUAL * 0.95, probe=script.probe, patience=3)
+    for k in range(steps):
+        gate.run(script.step, k)
+    starts = []
+    for k, (kind, _) in enumerate(script.log):
+        if kind == "take":
+            starts.append(script.log[k - 1][1])
+    fastest = min([USUAL * 0.95] + [v for kind, v in script.log if kind == "look"])
+    assert gate.behind() == sum(v / fastest > SLOW for v in starts)

@@ -31,7 +31,7 @@ from realexec.calibration import (
 from realexec.calibration import gil as microbench_gil
 from realexec.calibration import host as microbench_host
 from realexec.calibration.fits import FITTED, ROW
-from realexec.calibration.steady import Gate, busy, product_probe, speed_probe
+from realexec.calibration.steady import LOOK_PAUSE, Gate, busy, product_probe, speed_probe
 from realexec.sessions import session
 
 
@@ -189,14 +189,23 @@ def kernels(nd, settings, ctx=None) -> list[tuple]:
     ]
 
 
+# looks of the speed probe before the first step, a quarter second apart: the fastest of them is
+# the usual state the steps wait for (a spell of seconds, not a slow phase of minutes: see
+# `Gate.behind`)
+LEARN_LOOKS = 8
+
+
 def _at_once(fn, *args, **kwargs):
     return fn(*args, **kwargs)
 
 
-def _measure(workers: int, settings: Settings, progress: bool, engine: str = "native") -> dict:
+def _measure(workers: int, settings: Settings, progress: bool, engine: str = "native",
+             reference: float | None = None) -> dict:
     """Run every microbenchmark; everything measured (raw numbers, fitted by `_profile`). Every
     price but a light result's is the shipped engine's (`engine="native"`); on
-    `engine="native-light"` the light results' prices too (`realexec.calibration.light`)."""
+    `engine="native-light"` the light results' prices too (`realexec.calibration.light`).
+    `reference`: the speed probe's seconds in the machine's usual state, when known (a
+    calibration taken again: `realexec.calibration.calibrate`); else the gate learns it."""
     from tqdm.auto import tqdm
 
     raw: dict = {}
@@ -209,8 +218,12 @@ def _measure(workers: int, settings: Settings, progress: bool, engine: str = "na
     probes, products = [speed_probe()], [product_probe()]
     # each step in the machine's usual state, not in a slow spell; not for a quick calibration
     # (tiny sizes, no spread: the tests' and `--quick`'s), which prices nothing for real
-    gate = Gate() if s.spread else None
+    gate = Gate(reference) if s.spread else None
     step = gate.run if gate else _at_once
+    if gate and reference is None:  # the usual state learnt before the first step
+        for _ in range(LEARN_LOOKS):
+            gate.look()
+            busy(LOOK_PAUSE)
     if s.llc_elements:
         bar.set_postfix_str("last-level cache")
         raw["caches"] = step(caches.sweep, s.llc_elements, s.llc_buffers, *s.llc_repeats)

@@ -125,6 +125,13 @@ class Gate:
     calibration, the probe within 4%: `python benchmarks/breakdown.py memory_barrier` prints
     the products' rates).
 
+    A gate without a reference learns the usual state from its looks, so steps taken before
+    the machine first showed its usual speed passed against a slower one: `behind` counts
+    them, and calibration is taken again whole when there are any
+    (`realexec.calibration.calibrate`). Seen on the 2-core Intel VM: a calibration whose first
+    probe took 2.2x the fastest of its later ones predicted every scenario 10-70% slow, the
+    runs after it 1.5x faster than its probes.
+
     `reference`: the probe's seconds in the usual state (a calibration's fastest probe), or None
     to learn it from the looks; `probe` is `speed_probe` (tests give their own)."""
 
@@ -134,6 +141,7 @@ class Gate:
         self.patience = patience
         self.slow = 0  # looks after a step that found a slow spell (the step was taken again)
         self.waited = 0  # looks before a step that found one (the step waited, or gave up)
+        self.starts: list[float] = []  # each take's look before it, in the probe's seconds
 
     @classmethod
     def of(cls, profile, patience: int = 120) -> Gate:
@@ -172,11 +180,19 @@ class Gate:
         """`fn(*args, **kwargs)` taken in the usual state: again when the look after it found a
         slow spell, at most `retries` more times (the last take is kept whatever it met)."""
         for attempt in range(retries + 1):
-            self.wait()
+            ratio = self.wait()
+            if ratio == ratio:  # (NaN: no look, patience < 1)
+                self.starts.append(ratio * self.fastest)
             out = fn(*args, **kwargs)
             if self.holds() or attempt == retries:
                 return out
         return None  # retries < 0
 
+    def behind(self) -> int:
+        """How many takes started in a state over `SLOW` of the fastest look seen since: taken
+        before the gate had seen the usual state, or out of patience."""
+        return sum(start / self.fastest > SLOW for start in self.starts)
+
     def summary(self) -> dict:
-        return {"fastest": self.fastest, "slow": self.slow, "waited": self.waited}
+        return {"fastest": self.fastest, "slow": self.slow, "waited": self.waited,
+                "behind": self.behind()}

@@ -124,7 +124,7 @@ def _drop(w, keys, offs, sizes, rows, links, pool, preds, spare, nfree, lates, v
 
 
 @njit(cache=True)  # the frontend's: keeps the GIL, as `table.push_unary` does
-def push(addr, token, op, dtype, in_var, out_var, d0, d1, scalar, op_id, issue, dropped):
+def push(addr, token, op, dtype, in_var, out_var, d0, d1, scalar, op_id, dropped):
     """Push `out_var = f(in_var)` (`op`: the compiled worker's op code of its SCALAR kind, and
     above `OP_BITS` the number of the op's name in the engine's table; `out_var` a
     fresh light result of shape (d0, d1), a dimension -1 for none: (d0,) or ()) after the
@@ -143,6 +143,10 @@ def push(addr, token, op, dtype, in_var, out_var, d0, d1, scalar, op_id, issue, 
     src = find(w, keys, in_var)
     if src < 0:
         return NO_VAR
+    # the push's span and its memory entry start here, after the frontend's deletions: stamped
+    # before them, the take sorted before the memory they gave back in the Trace. Read here, not
+    # by the frontend: a Python call and an argument less per push
+    issue = now_ns()
     s = carray(pointer(w[STATE]), w[STATE_LEN], np.int64)
     low = load(s, layout.H_LOW)
     changed = 0
@@ -183,7 +187,7 @@ def push(addr, token, op, dtype, in_var, out_var, d0, d1, scalar, op_id, issue, 
     return answer
 
 
-PUSH_TYPES = (*[types.int64] * 8, types.float64, *[types.int64] * 3)
+PUSH_TYPES = (*[types.int64] * 8, types.float64, *[types.int64] * 2)
 
 
 @njit(cache=True)
