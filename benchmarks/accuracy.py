@@ -247,6 +247,8 @@ def collect(args, force: bool) -> list:
     if spells:
         print(f"  calibration met {spells['slow']} slow spell(s) after a step (taken again) and "
               f"waited {spells['waited']} look(s) for one to end before a step"
+              + (f"; took the state it stayed in as the usual one {spells['moved']} time(s)"
+                 if spells.get("moved") else "")
               + (f"; taken again whole, as {spells['retaken']} step(s) ran before the machine "
                  f"showed its usual speed" if spells.get("retaken") else ""))
     gate = Gate.of(profile)  # runs in the state the calibration saw
