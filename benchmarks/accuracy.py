@@ -227,9 +227,10 @@ def collect(args, force: bool) -> list:
           if k[:5] != "light" or profile.light}
     print(f"machine: {machine()}")
     background = profile.meta.get("measurements", {}).get("background load", float("nan"))
+    stolen = profile.meta.get("measurements", {}).get("stolen", float("nan"))
     print(f"profile: {profile.name}, calibrated {profile.meta.get('date')}, {workers} workers "
           f"({time.perf_counter() - start:.1f} s; other processes kept {background:.2f} cores "
-          f"busy meanwhile)")
+          f"busy meanwhile, and other machines took {stolen:.0%} of the cores' time)")
     print("  " + ", ".join(f"{k} {v}" for k, v in us.items())
           + f", crowd {profile.costs['cpu:elementwise'].crowd:.2f}, mix {profile.mix:.2f}"
           + f", after_gemm {profile.after_gemm:.2f}"
@@ -277,7 +278,8 @@ def collect(args, force: bool) -> list:
         print()
         print(table(rows, title=f"{name} {changed or '(book parameters)'}  "
                                 f"[{time.perf_counter() - began:.1f} s, other processes kept "
-                                f"{others:.2f} cores busy]"))
+                                f"{others:.2f} cores busy, other machines took "
+                                f"{load.stolen():.0%} of their time]"))
         total = next(r for r in rows if r.name == "total")
         peak = next((r for r in rows if r.name == "peak cpu"), None)
         speed = reference / now if reference else float("nan")

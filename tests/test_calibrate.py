@@ -24,6 +24,7 @@ import asyncsim
 from asyncsim import Profile, autograd, gluon
 from asyncsim.model.profile import Cost
 from asyncsim.nd.ops import OPS
+from realexec.calibration import steady
 from realexec.calibration.steady import central
 from realexec.engine.lanes import default_workers
 
@@ -192,7 +193,6 @@ def test_the_round_trips_t3_is_what_the_blocker_adds_once_its_wait_is_over():
     push and the call (that is the issue's, t1): so no more than the wait spans themselves."""
     from realexec import session
     from realexec.calibration import microbench
-    from realexec.calibration.steady import central
 
     with session(workers=1) as nd:
         bench = microbench._Bench(nd, 1)
@@ -221,6 +221,27 @@ def test_background_load_leaves_out_this_processs_children():
     code = "import time\nend = time.perf_counter() + 0.4\nwhile time.perf_counter() < end: pass"
     subprocess.run([sys.executable, "-c", code], check=True)
     assert load.cores() < 0.5
+
+
+TICKS = st.integers(0, 1000).map(lambda n: n / 100)  # /proc/stat counts 10 ms ticks
+
+
+@given(busy=TICKS, steal=TICKS, own=TICKS)
+def test_time_a_hypervisor_took_is_stolen_not_other_processes_load(busy, steal, own):
+    """Steal (a VM's cores running another machine) counts as the share `stolen` of the cores'
+    time, never as other processes' cores; this process's own time is left out of the rest."""
+    stat, owns, clock = [(100.0, 20.0), (100.0 + busy + own, 20.0 + steal)], [5.0, 5.0 + own], \
+        [50.0, 52.0]  # two seconds of wall time
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(steady.BackgroundLoad, "_stat", staticmethod(lambda: stat[0]))
+        patch.setattr(steady.BackgroundLoad, "_own", staticmethod(lambda: owns[0]))
+        patch.setattr(steady.time, "perf_counter", lambda: clock[0])
+        load = steady.BackgroundLoad()
+        for later in (stat, owns, clock):
+            later.pop(0)
+        assert load.cores() == pytest.approx(busy / 2.0)
+        ran = busy + own
+        assert load.stolen() == pytest.approx(steal / (ran + steal) if ran + steal else 0.0)
 
 
 def test_the_profile_predicts_a_workload(quick_profile):

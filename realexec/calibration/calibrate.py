@@ -135,7 +135,7 @@ from realexec.calibration.measure import (
     _measure,
     kernels,  # noqa: F401 -- realexec.calibration.gpu imports it from here
 )
-from realexec.calibration.microbench import BackgroundLoad  # noqa: F401 -- re-exported
+from realexec.calibration.steady import BackgroundLoad
 from realexec.engine.core import Engine
 from realexec.engine.lanes import default_workers
 from realexec.engine.native import CAPACITY, IDLE_SPIN_S
@@ -367,7 +367,7 @@ def calibrate(workers: int | None = None, quick: bool = False, cache: bool = Tru
     settings = QUICK if quick else FULL
     enabled = gc.isenabled()
     gc.disable()  # a collection pauses every thread for up to ~100 ms: no part of a cost
-    load = microbench.BackgroundLoad()
+    load = BackgroundLoad()
     try:
         raw = _measure(workers, settings, progress, engine)
         behind = raw.get("gate", {}).get("behind", 0)
@@ -379,6 +379,7 @@ def calibrate(workers: int | None = None, quick: bool = False, cache: bool = Tru
         if enabled:
             gc.enable()
     raw["background load"] = busy = load.cores()
+    raw["stolen"] = load.stolen()  # a VM's cores lost to other machines: recorded, not warned
     if busy > 0.1:
         warnings.warn(f"calibrate: other processes kept {busy:.2f} cores busy while measuring; "
                       f"the profile may be off (calibrate(force=True) on a quiet machine)",

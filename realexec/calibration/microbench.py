@@ -25,13 +25,12 @@ them and summarised by `central` (`realexec.calibration.steady` says why).
 
 `realexec.calibration.host` has the ones about the host: kernels that run at once, a busy
 frontend, a fresh engine, cold blockers and a blocked frontend. Times come from the engine's own
-log (`time.perf_counter_ns`), as in a measured Trace. `BackgroundLoad` says how busy other
-processes kept the cores meanwhile (a noisy measurement).
+log (`time.perf_counter_ns`), as in a measured Trace. `steady.BackgroundLoad` says how busy
+other processes kept the cores meanwhile (a noisy measurement).
 """
 
 from __future__ import annotations
 
-import os
 import time
 from time import perf_counter_ns
 
@@ -333,33 +332,3 @@ def kernel_times(bench: _Bench, make, sizes, repeats: int, name: str, rounds: in
             nd.waitall()
         per_round.append(row)
     return [central(column) for column in zip(*per_round, strict=True)]
-
-
-class BackgroundLoad:
-    """Cores kept busy by other processes since this was made: all busy CPU time of the machine
-    (/proc/stat) minus this process's own and its ended children's, over the wall time; 0.0
-    where /proc is missing. A child is this job's own work: the process that compiles the
-    training kernels on a fresh clone (`realexec.cpu.warm`) made the main job's first
-    calibration warn of 0.19-0.22 cores of other load on a quiet machine."""
-
-    def __init__(self):
-        self.start = (time.perf_counter(), self._busy(), self._own())
-
-    @staticmethod
-    def _busy() -> float:
-        try:
-            with open("/proc/stat") as f:
-                ticks = [int(v) for v in f.readline().split()[1:]]
-        except OSError:
-            return 0.0
-        return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
-
-    @staticmethod
-    def _own() -> float:
-        t = os.times()
-        return t.user + t.system + t.children_user + t.children_system
-
-    def cores(self) -> float:
-        wall, busy, own = self.start
-        elapsed = max(time.perf_counter() - wall, 1e-9)
-        return max(0.0, (self._busy() - busy) - (self._own() - own)) / elapsed

@@ -1,7 +1,8 @@
 """Measuring on a machine whose speed moves: pauses that keep the cores at work (`busy`), the
 summary of rounds spread over seconds (`central`), a probe of the machine's speed of the moment
 (`speed_probe`, and `product_probe` for BLAS), and a `Gate` that keeps measurements out of the
-machine's slow spells, for `realexec.calibration` and benchmarks/accuracy.py.
+machine's slow spells, for `realexec.calibration` and benchmarks/accuracy.py; and
+`BackgroundLoad`, what other processes and other machines took of the cores meanwhile.
 
 A virtual machine's cores run slower for seconds after they idle. Measured on the 2-core VM
 here: the same Python loop took 250-300 us instead of 140 us in about half of the samples taken
@@ -219,3 +220,52 @@ class Gate:
     def summary(self) -> dict:
         return {"fastest": self.fastest, "slow": self.slow, "waited": self.waited,
                 "moved": self.moved, "behind": self.behind()}
+
+
+class BackgroundLoad:
+    """Cores kept busy by other processes since this was made (`cores`): all busy CPU time of
+    the machine (/proc/stat) minus this process's own and its ended children's, over the wall
+    time; and the share of the cores' time a hypervisor gave to other machines (`stolen`); both
+    0.0 where /proc is missing.
+
+    A child is this job's own work: the process that compiles the training kernels on a fresh
+    clone (`realexec.cpu.warm`) made the main job's first calibration warn of 0.19-0.22 cores of
+    other load on a quiet machine. Stolen time is not another process's: on the 2-core Intel VM
+    a loop on one core lost 15% of its time to steal with nothing else running here, and
+    24-51% while the host was busy. Counted as other processes' load (as it was), a quiet
+    machine read 0.6 cores busy, every test calibration was taken three times, and
+    benchmarks/accuracy.py's wait for a quiet second always ran out."""
+
+    def __init__(self):
+        self.start = (time.perf_counter(), *self._stat(), self._own())
+
+    @staticmethod
+    def _stat() -> tuple[float, float]:
+        """(busy, stolen) seconds of all cores since boot: user, nice, system, irq and softirq
+        (guest time is inside user and nice already), and steal: time a core was ready to run
+        while the hypervisor ran another machine."""
+        try:
+            with open("/proc/stat") as f:
+                ticks = [int(v) for v in f.readline().split()[1:]]
+        except OSError:
+            return 0.0, 0.0
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (ticks + [0] * 8)[:8]
+        hz = os.sysconf("SC_CLK_TCK")
+        return (user + nice + system + irq + softirq) / hz, steal / hz
+
+    @staticmethod
+    def _own() -> float:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    def cores(self) -> float:
+        wall, busy, _, own = self.start
+        elapsed = max(time.perf_counter() - wall, 1e-9)
+        return max(0.0, (self._stat()[0] - busy) - (self._own() - own)) / elapsed
+
+    def stolen(self) -> float:
+        """The share of the cores' running time (busy + stolen) the hypervisor took."""
+        _, busy, steal, _ = self.start
+        now_busy, now_steal = self._stat()
+        ran, lost = now_busy - busy, now_steal - steal
+        return lost / (ran + lost) if ran + lost > 0 else 0.0
