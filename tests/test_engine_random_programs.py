@@ -128,7 +128,7 @@ SETTINGS = [(1, "async"), (2, "async"), (4, "async"), (1, "sync")]
 # overflow to inf/nan is part of the test; numpy warns about it inside the worker threads
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.parametrize(("workers", "mode"), SETTINGS)
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=250, deadline=None)  # four settings: 1000 programs, ~25 s here
 @given(program=programs)
 def test_random_programs_match_numpy(workers, mode, program):
     """Any small program gives numpy's sequential result, and frees all its memory."""

@@ -30,7 +30,7 @@ from asyncsim.nd.ops import ShapeError
 from asyncsim.nd.record import record
 from realexec import OpError
 
-FUZZ_EXAMPLES = int(os.environ.get("ASYNCSIM_FUZZ_EXAMPLES", "300"))
+FUZZ_EXAMPLES = int(os.environ.get("ASYNCSIM_FUZZ_EXAMPLES", "200"))  # more: set it
 FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 TOOLKIT_ERRORS = (ShapeError, ValueError, TypeError, IndexError, MemoryError)

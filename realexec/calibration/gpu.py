@@ -83,7 +83,7 @@ FULL_GPU = GpuSettings(sizes=(2**10, 2**14, 2**18, 2**20, 2**22, 2**24, 2**26),
                        # its cores are full, so each geometry is timed at the batch that prices it
                        conv_shapes=tuple(dict.fromkeys((256, *shape[1:])
                                                        for shape in FULL.conv_shapes)))
-QUICK_GPU = GpuSettings(sizes=(2**6, 2**10), dot_sides=(8, 16), gemv_sides=(),
+QUICK_GPU = GpuSettings(sizes=(2**5, 2**7), dot_sides=(8, 16), gemv_sides=(),
                         copy_sizes=(2**6, 2**10), backlog=4, repeats=1, budget=2**24,
                         # one convolution of N*Ho*Wo under a block's threads: its weight
                         # gradient takes the thread-per-element path; the simulator runs a
