@@ -269,18 +269,14 @@ def test_save_and_load_give_the_same_profile(quick_profile, tmp_path):
     assert loaded.to_dict() == quick_profile.to_dict()
 
 
-def _counted_measure(monkeypatch, raw=None) -> list:
-    """`_measure` counted: the list of its calls, returned. Without `raw` its first call
-    measures and every later one gives those measurements back; with `raw` (a profile's
-    measurements) every call gives `raw` back. The cache tests count measurements; they do not
-    look at their numbers, which `quick_profile`'s tests check."""
-    calls, real = [], cal._measure
+def _counted_measure(monkeypatch, raw: dict) -> list:
+    """`_measure` counted: the list of its calls, returned; each call gives `raw` (a profile's
+    measurements) back. The cache tests count measurements; they do not look at their numbers,
+    which `quick_profile`'s tests check."""
+    calls = []
 
     def measure(*args, **kwargs):
-        nonlocal raw
         calls.append(args)
-        if raw is None:
-            raw = real(*args, **kwargs)
         return json.loads(json.dumps(raw))  # a copy: calibrate adds to it
 
     monkeypatch.setattr(cal, "_measure", measure)
@@ -290,18 +286,19 @@ def _counted_measure(monkeypatch, raw=None) -> list:
 # a measurement given back takes a millisecond, in which one 10 ms tick of another process's
 # CPU time reads as cores of background load
 @pytest.mark.filterwarnings("ignore:calibrate. other processes:UserWarning")
-def test_a_second_call_comes_from_the_cache(monkeypatch, tmp_path):
+def test_a_second_call_comes_from_the_cache(monkeypatch, tmp_path, quick_profile):
     """With the cache on, the first call measures and writes the file; the second returns the
     same profile without measuring; force=True measures again."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    calls = _counted_measure(monkeypatch)
-    first = cal.calibrate(workers=1, quick=True, progress=False, gpu=False)
+    calls = _counted_measure(monkeypatch, quick_profile.meta["measurements"])
+    workers = quick_profile.workers
+    first = cal.calibrate(workers=workers, quick=True, progress=False, gpu=False)
     assert len(calls) == 1
-    path = cal.cache_path(1, quick=True)
+    path = cal.cache_path(workers, quick=True)
     assert path.exists() and path.parent == tmp_path / "asyncsim"
-    second = cal.calibrate(workers=1, quick=True, progress=False, gpu=False)
+    second = cal.calibrate(workers=workers, quick=True, progress=False, gpu=False)
     assert len(calls) == 1 and second == first
-    cal.calibrate(workers=1, quick=True, progress=False, gpu=False, force=True)
+    cal.calibrate(workers=workers, quick=True, progress=False, gpu=False, force=True)
     assert len(calls) == 2
 
 

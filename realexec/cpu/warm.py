@@ -2,7 +2,8 @@
 
 `warm_all(dtypes)` runs each compiled loop once on tiny arrays, so that numba compiles it (or
 loads it from its on-disk cache) here and not inside the first real op. Loading takes a fraction
-of a second; compiling takes some 25 s on a 2-core machine, which a fresh clone pays once. When
+of a second; compiling takes about a minute on a 2-core VM (63 s of wall time and 115 s of CPU
+on the Intel VM, the compiled worker loop 31-41 s of it), which a fresh clone pays once. When
 the first loop it runs was not in the cache (`_cold`), the training kernels (convolutions,
 pooling, softmaxes, batch norm: over half the compile time) are compiled by a second Python
 process at the same time (`python -c`, not multiprocessing, so no user script is re-imported),
