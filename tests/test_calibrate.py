@@ -204,7 +204,7 @@ def test_the_round_trips_t3_is_what_the_blocker_adds_once_its_wait_is_over():
 
 def test_background_load_is_other_processes_cpu_time():
     """BackgroundLoad counts the busy cores of other processes, not this process's own work."""
-    load = cal.BackgroundLoad()
+    load = steady.BackgroundLoad()
     # busy in this process only, for 0.2 s: /proc/stat counts in ticks of 10 ms, so a shorter
     # span reads another process's single tick as a whole core or more
     deadline = time.perf_counter() + 0.2
@@ -217,7 +217,7 @@ def test_background_load_is_other_processes_cpu_time():
 def test_background_load_leaves_out_this_processs_children():
     """A child process kept busy for a while (as the helper that compiles the kernels on a fresh
     clone) is this job's own work, once waited for: not other processes' load."""
-    load = cal.BackgroundLoad()
+    load = steady.BackgroundLoad()
     code = "import time\nend = time.perf_counter() + 0.4\nwhile time.perf_counter() < end: pass"
     subprocess.run([sys.executable, "-c", code], check=True)
     assert load.cores() < 0.5

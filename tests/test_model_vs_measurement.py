@@ -57,12 +57,14 @@ STOLEN = 0.15  # the share of the cores' time other machines took in a last miss
 @pytest.fixture(scope="module")
 def profile(quick_profile):
     """The run's quick calibration (tests/conftest.py: taken again, up to three times, if other
-    processes kept LOAD cores busy), and the gate that measures in the state it saw."""
-    _gates[quick_profile.workers] = Gate.of(quick_profile, patience=PATIENCE)
+    processes kept LOAD cores busy)."""
     return quick_profile
 
 
-_gates: dict[int, Gate] = {}  # per worker count: the calibration's state, learnt across tests
+@pytest.fixture(scope="module")
+def gate(profile):
+    """Measures in the state the calibration saw, learning it across the module's tests."""
+    return Gate.of(profile, patience=PATIENCE)
 
 
 class Take(NamedTuple):
@@ -72,15 +74,15 @@ class Take(NamedTuple):
     stolen: float
 
 
-def _measure(workload, workers, close=None, **params) -> list[Take]:
+def _measure(gate, workload, workers, close=None, **params) -> list[Take]:
     """Takes of a warm-up run and then three, each take's run with the median total, from its
-    first event; taken in the state the calibration saw (`Gate.of(profile)`, as
+    first event; taken in the state the calibration saw (`gate`, as
     benchmarks/accuracy.py does: again if a slow spell began during it). Another take follows,
     up to `TAKES`, while other processes kept the cores busy or the take is not `close` (a
     test's tolerance) to the prediction; the last take is the measurement, and every take is
     in the failure's message. When every take missed and other machines took over `STOLEN` of
     the cores during the last, the test is skipped, saying so."""
-    gate, takes = _gates[workers], []
+    takes = []
     for _ in range(TAKES):
         load = BackgroundLoad()
         traces = gate.run(_runs, workload, workers, **params)
@@ -137,7 +139,7 @@ def _within(predicted: float, measured: float, factor: float) -> bool:
     return measured / factor <= predicted <= measured * factor
 
 
-def test_sync_vs_async_loop(profile):
+def test_sync_vs_async_loop(profile, gate):
     """The 2000x2000 loop of 8.2.3 at 512x512: the total within a factor of two. And on 12.2's
     tiny (1, 2) x, on both sides the loop with one waitall is not slower than the one with a
     wait_to_read per op. (At 512x512 the orders are not asserted: on this 2-core VM the async
@@ -146,7 +148,7 @@ def test_sync_vs_async_loop(profile):
     loop = scenarios.get("sync_vs_async").workload
     params = dict(n=40, shape=(512, 512))
     pred = _predict(loop, profile, **params)
-    takes = _measure(loop, profile.workers,
+    takes = _measure(gate, loop, profile.workers,
                      lambda m: _within(pred.duration, m.trace.duration, TOTAL), **params)
     assert _within(pred.duration, takes[-1].trace.duration, TOTAL), (pred.regions,
                                                                          _seen(takes))
@@ -161,7 +163,7 @@ MLP = dict(num_batches=20, batch_size=256, num_inputs=256, num_hiddens=(512, 256
 OPS_PER_BATCH = 18  # data (2), forward (8), loss (3), and a few scalar ops around them
 
 
-def test_memory_with_and_without_a_blocker(profile):
+def test_memory_with_and_without_a_blocker(profile, gate):
     """12.2.4 at a small size: totals within a factor of two, peak memory within 50%; on both
     sides the peak without a blocker is above the peak with one, and max_inflight of three
     batches' ops lands between them."""
@@ -177,7 +179,7 @@ def test_memory_with_and_without_a_blocker(profile):
             return (_within(pred.duration, m.trace.duration, TOTAL)
                     and _close(pred.peak_bytes(), m.trace.peak_bytes(), PEAK))
 
-        takes = _measure(workload, profile.workers, close, max_inflight=inflight, **MLP)
+        takes = _measure(gate, workload, profile.workers, close, max_inflight=inflight, **MLP)
         meas = takes[-1].trace
         assert _within(pred.duration, meas.duration, TOTAL), (name, pred.regions, _seen(takes))
         assert _close(pred.peak_bytes(), meas.peak_bytes(), PEAK), name
@@ -198,7 +200,7 @@ def _overlap(spans) -> bool:
     return any(b.start < a.end for a, b in itertools.pairwise(spans))
 
 
-def test_ten_independent_products(profile):
+def test_ten_independent_products(profile, gate):
     """8.3 exercise 1 at 256x256: the total within a factor of two; the model predicts ten
     independent products not slower than ten chained ones; and the engine ran some of the
     independent products at the same time, on two workers (in one run of three at least: where
@@ -213,7 +215,7 @@ def test_ten_independent_products(profile):
     products = scenarios.get("independent_products").workload
     params = dict(n=10, size=256)
     pred = _predict(products, profile, **params)
-    takes = _measure(products, profile.workers,
+    takes = _measure(gate, products, profile.workers,
                      lambda m: _within(pred.duration, m.trace.duration, TOTAL), **params)
     assert _within(pred.duration, takes[-1].trace.duration, TOTAL), (pred.regions,
                                                                          _seen(takes))
