@@ -153,6 +153,24 @@ def _issue_price(costs: dict, t1: float, name: str) -> float:
     return t1
 
 
+def _block_price(phases: dict, costs: dict, mix: float) -> float:
+    """A Gluon block call's own Python beyond the ops it issues (program.Call "block"): the
+    layer calls timed (a Dense, an Activation, a HybridSequential of both: `issuing.LAYER_OPS`)
+    less what the model charges for the ops they issue (their issue prices, times the `mix` of
+    their kinds in turn), per block call. Everything between those ops is the block's: its
+    parameters' look-up and shape inference, and the `nd` function it calls (FullyConnected's
+    checks, 5-7 us of a 38 us call, 2-core AMD EPYC VM), which no op's price holds. The
+    calibrations before priced a Dense against `nd.FullyConnected` timed whole, so that function's
+    Python was priced nowhere: 5.2-5.5 us a block where this gives 10.9-12.3 (three
+    calibrations, 2-core AMD EPYC VM)."""
+    extra = calls = 0.0
+    for call, (ops, blocks) in issuing.LAYER_OPS.items():
+        charged = sum(costs[f"frontend:{op}"].latency for op in ops)
+        extra += phases[call] - charged * (1.0 + mix * (1.0 - 1.0 / len(set(ops))))
+        calls += blocks
+    return max(0.0, extra / calls)
+
+
 def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
     """The Profile from everything measured (`raw`, as `_measure` returns it)."""
     costs = kernel_costs(raw["kernels"])
@@ -182,19 +200,14 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
                           extra={"dot": fits.dot_geometries(square)} if square else None))
     costs.update({f"frontend:{name}": Cost(latency=secs)
                   for name, secs in raw.get("op_issue", {}).items()})
+    mix = issuing.fit_mix(raw["mixed"]["ratios"]) if "mixed" in raw else 0.0
     phases = raw.get("phases")
     if phases:  # per op that backward and a Trainer issue; per hybridized call (two blocks:
         # its cost grows with the block's parameters, which a Cost cannot see)
         costs["frontend:backward"] = Cost(latency=phases["backward"])
         costs["frontend:kvstore"] = Cost(latency=phases["kvstore"])
         costs["frontend:graph"] = Cost(latency=0.5 * (phases["graph"] + phases["graph_mlp"]))
-        # a Gluon block call's own Python beyond the ops it issues (program.Call "block"): a
-        # Dense against nd.FullyConnected, an Activation against nd.relu, a HybridSequential
-        # against its layers called in turn
-        extra = [phases[call] - phases[bare] for call, bare in (
-            ("dense_call", "fully_connected"), ("activation_call", "relu"),
-            ("sequential_call", "layers_in_turn"))]
-        costs["frontend:block"] = Cost(latency=max(0.0, sum(extra) / len(extra)))
+        costs["frontend:block"] = Cost(latency=_block_price(phases, costs, mix))
     firsts = raw.get("firsts")
     if firsts:  # a block's first call and first trace, beyond what their ops' issue costs
         for phase, key, per in (("init", "frontend:init", "params"),
@@ -248,7 +261,7 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
                    table=CAPACITY if native else 0, llc=cache["llc"], dram=cache["dram"],
                    dram_crowd=(caches.fit_crowding(raw["dram_crowding"], cache["dram"])
                                if cache["dram"] and "dram_crowding" in raw else 0.0),
-                   mix=issuing.fit_mix(raw["mixed"]["ratios"]) if "mixed" in raw else 0.0,
+                   mix=mix,
                    reclaim=raw["reclaim"]["reclaim"] if native and "reclaim" in raw else 0.0,
                    drop_batch=DROP_BATCH if native else 0,
                    take=_take(raw, t1) if native and "take" in raw else 0.0,

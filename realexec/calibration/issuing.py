@@ -11,8 +11,8 @@ and Gluon's blocks.
   the engine's table takes. Each timed loop follows an untimed loop of its own kind.
 - `phase_times(bench, n, loops, pause)`: frontend seconds per op that `backward()` and
   `Trainer.step` issue (their Python around each op), per hybridized block call, and Gluon's
-  imperative layer calls against the `nd` calls they make (what a block call adds, which no op
-  carries: kept in meta for the model, which has no cost for it yet).
+  imperative layer calls against the `nd` calls they make (what a block call adds beyond the
+  ops it issues: `frontend:block`, with `LAYER_OPS`).
 - `recording_overhead(bench, n, loops, pause)`: what `autograd.record()` adds per op issued.
 - `mixed_issue(bench, n, loops, pause)`: what issuing ops of several kinds in turn costs over
   the same ops each issued in a loop of its own (`Profile.mix`).
@@ -207,6 +207,15 @@ def phase_times(bench, n: int, loops: int, pause: float) -> dict:
         nd.waitall()
         del heads, kept
     return {kind: central(values) for kind, values in samples.items()}
+
+
+# what each layer call of `_layer_calls` issues, by the frontend cost that prices each op
+# ("frontend:<key>": a Dense's bias add broadcasts), and the Gluon block calls it makes (each a
+# program.Call "block"): `realexec.calibration.calibrate` prices a block call as the call's time
+# less what the model charges for those ops
+LAYER_OPS = {"dense_call": (("dot", "broadcast"), 1),
+             "activation_call": (("relu",), 1),
+             "sequential_call": (("dot", "broadcast", "relu"), 3)}
 
 
 def _layer_calls(nd) -> dict:
