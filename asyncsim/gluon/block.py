@@ -81,7 +81,8 @@ class Block:
 
     def __call__(self, *args):
         if args and hasattr(args[0], "nd") and not args[0].nd._symbolic:
-            args[0].nd.note("block")  # the block call's own Python, for the model
+            # the block call's own Python, for the model
+            args[0].nd.note("block", type(self).__name__)
         return self.forward(*args)
 
     def forward(self, *args):
@@ -135,7 +136,7 @@ class HybridBlock(Block):
             finally:
                 tracer.blocks.pop()
         if not self._active:
-            x.nd.note("block")  # the block call's own Python, for the model
+            x.nd.note("block", type(self).__name__)  # the block call's own Python, for the model
             return self._call(x.nd, x, args, self._arrays(x, args))
         return self._call_graph(x, args)
 

@@ -155,6 +155,9 @@ def check_key(key: str, table: str, source: str = "profile") -> None:
     blocker = name in BLOCKERS and kind == "frontend"
     # ops issued by backward or a Trainer; Python that issues no op (program.Call)
     phase = name in (*PHASES, *CALLS) and kind == "frontend"
+    # a Gluon block's call priced by its class: "frontend:block:Dense"
+    call, _, block = name.partition(":")
+    phase = phase or (kind == "frontend" and call == "block" and block.isidentifier())
     known = name in OPS or name in GROUPS or name == BROADCAST or wildcard or blocker or phase
     if not colon or kind not in DEVICE_KINDS or not known:
         raise ProfileError(
@@ -162,7 +165,7 @@ def check_key(key: str, table: str, source: str = "profile") -> None:
             f"{', '.join(DEVICE_KINDS)} and NAME an op ({', '.join(OPS)}), a group "
             f"({', '.join(GROUPS)}), {BROADCAST}, * (not for frontend: its fallback is t1) or, "
             f"for frontend, a blocker ({', '.join(BLOCKERS)}; BLOCKER{AGAIN}: a later one) or "
-            f"Python that issues no op ({', '.join(CALLS)})")
+            f"Python that issues no op ({', '.join(CALLS)}; block:CLASS, a Gluon block's class)")
 
 
 def _cost(key: str, value, table: str, source: str) -> Cost:

@@ -197,7 +197,7 @@ class FrontendProcess:
                 elif self.open_marks.get(ins.label):
                     self.marks.append((ins.label, self.open_marks[ins.label].pop(), env.now))
             elif kind is Call:  # Python that issues no op (a block call): the frontend's time
-                cost = profile.costs.get(f"frontend:{ins.kind}")
+                cost = profile.call_cost(ins)
                 if cost is not None and cost.latency:
                     if gil is not None:
                         yield from self._take_gil()

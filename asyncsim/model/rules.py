@@ -13,7 +13,9 @@ factor 2 on every side (`asyncsim.model.products`). A copy between devices is pr
 ("cpu->gpu", "gpu->cpu", "gpu->gpu"), a hybridized graph by its members' costs plus what
 "DEVICE:graph" adds per member. The frontend's issue of an op: "frontend:<phase>" for an op
 backward or a Trainer issued, else "frontend:broadcast", "frontend:NAME", "frontend:GROUP", else
-t1; a blocker: t3 plus its "frontend:<blocker>" cost (`Rules.blocker`).
+t1; a blocker: t3 plus its "frontend:<blocker>" cost (`Rules.blocker`); Python that issues no op
+(a program.Call) by "frontend:block:CLASS" for a Gluon block's call where the profile has its
+class, else "frontend:<kind>" (`Rules.call_cost`).
 
 Assumptions: `Rules` holds no state of its own: it reads the Profile's fields (`name`, `t1`,
 `t3`, `t3_asleep`, `native`, `costs`, `links`, `gpu_issue`, `gpu_wait`, `gpu_settle`) and keeps
@@ -108,6 +110,16 @@ class Rules:
         cost = self.issue_rule(op, broadcast)
         seconds = self.t1 if cost is None else cost.time(op.nbytes, op.flops)
         return seconds + (self.gpu_issue if device_kind(op.device) == "gpu" else 0.0)
+
+    def call_cost(self, call) -> Cost | None:
+        """The "frontend:" Cost of `call` (a program.Call: Python that issues no op), or None:
+        a block call by its class ("frontend:block:Dense"), else by its kind
+        ("frontend:block", "frontend:init", "frontend:trace")."""
+        if call.block:
+            cost = self.costs.get(f"frontend:{call.kind}:{call.block}")
+            if cost is not None:
+                return cost
+        return self.costs.get(f"frontend:{call.kind}")
 
     def blocker(self, kind: str, nbytes: int = 0, device: str = "cpu",
                 waited: bool = False, asleep: bool = False, again: bool = False,

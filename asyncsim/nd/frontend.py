@@ -139,12 +139,13 @@ class ND(Functions):
                 return self._same(name, inputs, {})
         return self._op(name, tuple(inputs), attrs, out=out)
 
-    def note(self, kind: str) -> None:
-        """Tell the backend the frontend ran Python that issues no op (`program.Call`): the
-        recorder writes it down for the model; a real backend has nothing to do."""
+    def note(self, kind: str, block: str = "") -> None:
+        """Tell the backend the frontend ran Python that issues no op (`program.Call`; `block`:
+        the class of the Gluon block called): the recorder writes it down for the model; a real
+        backend has nothing to do."""
         note = getattr(self._backend, "note", None)
         if note is not None:
-            note(kind)
+            note(kind, block)
 
     def waitall(self) -> None:
         self._backend.sync("waitall", None)

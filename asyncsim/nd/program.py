@@ -76,9 +76,11 @@ class Call:
     call (finding its parameters, inferring shapes) around the ops its layer issues, "init" a
     parameter made at its block's first call (deferred initialisation) beyond its initialiser's
     ops, "trace" one op of a hybridized block's trace. A profile may price each
-    ("frontend:<kind>"); the real engine simply pays it."""
+    ("frontend:<kind>"), a block call by its class too (`block`, e.g. "Dense":
+    "frontend:block:Dense", else "frontend:block"); the real engine simply pays it."""
 
     kind: str
+    block: str = ""
 
 
 Instr = Op | Sync | Free | Mark | Call

@@ -72,8 +72,8 @@ class Recorder:
         if not self.closed:
             self.program.instrs.append(Free(var))
 
-    def note(self, kind: str) -> None:
-        self._open().instrs.append(Call(kind))
+    def note(self, kind: str, block: str = "") -> None:
+        self._open().instrs.append(Call(kind, block))
 
     def mark(self, label: str, begin: bool) -> None:
         self._open().instrs.append(Mark(label, begin))

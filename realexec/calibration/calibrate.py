@@ -153,22 +153,30 @@ def _issue_price(costs: dict, t1: float, name: str) -> float:
     return t1
 
 
-def _block_price(phases: dict, costs: dict, mix: float) -> float:
-    """A Gluon block call's own Python beyond the ops it issues (program.Call "block"): the
-    layer calls timed (a Dense, an Activation, a HybridSequential of both: `issuing.LAYER_OPS`)
-    less what the model charges for the ops they issue (their issue prices, times the `mix` of
-    their kinds in turn), per block call. Everything between those ops is the block's: its
-    parameters' look-up and shape inference, and the `nd` function it calls (FullyConnected's
-    checks, 5-7 us of a 38 us call, 2-core AMD EPYC VM), which no op's price holds. The
-    calibrations before priced a Dense against `nd.FullyConnected` timed whole, so that function's
-    Python was priced nowhere: 5.2-5.5 us a block where this gives 10.9-12.3 (three
-    calibrations, 2-core AMD EPYC VM)."""
-    extra = calls = 0.0
+def _block_prices(phases: dict, costs: dict, mix: float) -> dict:
+    """A Gluon block call's own Python beyond the ops it issues (program.Call "block"), by the
+    block's class and for any other ("frontend:block:Dense", ..., "frontend:block"): each layer
+    call timed (a Dense, an Activation, a HybridSequential of both: `issuing.LAYER_OPS`) less
+    what the model charges for the ops it issues (their issue prices, times the `mix` of their
+    kinds in turn) and for the blocks priced before it; a class it calls for the first time
+    gets the rest. Any other class: the calls' whole rest per block call. Everything between a
+    call's ops is its block's: parameter look-up, shape inference and the `nd` function it calls
+    (FullyConnected's checks), which no op's price holds. The calibrations before priced every
+    block at the mean of a Dense against `nd.FullyConnected` timed whole, an Activation against
+    `nd.relu` and a sequence against its layers: 5.2-5.5 us (three calibrations, 2-core AMD
+    EPYC VM), where a Dense's own Python is 20-21 us by this rule."""
+    prices: dict = {}
+    rest = calls = 0.0
     for call, (ops, blocks) in issuing.LAYER_OPS.items():
         charged = sum(costs[f"frontend:{op}"].latency for op in ops)
-        extra += phases[call] - charged * (1.0 + mix * (1.0 - 1.0 / len(set(ops))))
-        calls += blocks
-    return max(0.0, extra / calls)
+        left = phases[call] - charged * (1.0 + mix * (1.0 - 1.0 / len(set(ops))))
+        rest, calls = rest + left, calls + len(blocks)
+        new = [block for block in blocks if block not in prices]
+        left -= sum(prices[block] for block in blocks if block in prices)
+        for block in new:
+            prices[block] = max(0.0, left / len(new))
+    return {**{f"frontend:block:{block}": Cost(latency=secs) for block, secs in prices.items()},
+            "frontend:block": Cost(latency=max(0.0, rest / calls))}
 
 
 def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
@@ -207,7 +215,7 @@ def _profile(name: str, workers: int, raw: dict, meta: dict) -> Profile:
         costs["frontend:backward"] = Cost(latency=phases["backward"])
         costs["frontend:kvstore"] = Cost(latency=phases["kvstore"])
         costs["frontend:graph"] = Cost(latency=0.5 * (phases["graph"] + phases["graph_mlp"]))
-        costs["frontend:block"] = Cost(latency=_block_price(phases, costs, mix))
+        costs.update(_block_prices(phases, costs, mix))
     firsts = raw.get("firsts")
     if firsts:  # a block's first call and first trace, beyond what their ops' issue costs
         for phase, key, per in (("init", "frontend:init", "params"),

@@ -210,12 +210,13 @@ def phase_times(bench, n: int, loops: int, pause: float) -> dict:
 
 
 # what each layer call of `_layer_calls` issues, by the frontend cost that prices each op
-# ("frontend:<key>": a Dense's bias add broadcasts), and the Gluon block calls it makes (each a
-# program.Call "block"): `realexec.calibration.calibrate` prices a block call as the call's time
-# less what the model charges for those ops
-LAYER_OPS = {"dense_call": (("dot", "broadcast"), 1),
-             "activation_call": (("relu",), 1),
-             "sequential_call": (("dot", "broadcast", "relu"), 3)}
+# ("frontend:<key>": a Dense's bias add broadcasts), and the classes of the Gluon blocks it calls
+# (each call a program.Call "block"), in the order `realexec.calibration.calibrate` prices them:
+# each call's time less what the model charges for its ops and for the blocks priced before
+LAYER_OPS = {"dense_call": (("dot", "broadcast"), ("Dense",)),
+             "activation_call": (("relu",), ("Activation",)),
+             "sequential_call": (("dot", "broadcast", "relu"),
+                                 ("HybridSequential", "Dense", "Activation"))}
 
 
 def _layer_calls(nd) -> dict:
