@@ -163,8 +163,8 @@ def _block_prices(phases: dict, costs: dict, mix: float) -> dict:
     call's ops is its block's: parameter look-up, shape inference and the `nd` function it calls
     (FullyConnected's checks), which no op's price holds. The calibrations before priced every
     block at the mean of a Dense against `nd.FullyConnected` timed whole, an Activation against
-    `nd.relu` and a sequence against its layers: 5.2-5.5 us (three calibrations, 2-core AMD
-    EPYC VM), where a Dense's own Python is 20-21 us by this rule."""
+    `nd.relu` and a sequence against its layers: 5.2-5.5 us, where by this rule a Dense's own
+    Python is 18-23 us and an Activation's 3-5 (six calibrations, 2-core AMD EPYC VM)."""
     prices: dict = {}
     rest = calls = 0.0
     for call, (ops, blocks) in issuing.LAYER_OPS.items():
