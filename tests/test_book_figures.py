@@ -1,9 +1,11 @@
 """The tracked figures/ folder: the textbook's figures drawn by the model from the book profiles.
 
 Drawing them again must give the same files: the SVG text byte for byte and the PNG pixels
-exactly when this matplotlib is the one that drew them (figures/README.md names it); with
-another matplotlib, only the pixels are compared, within a small tolerance, since fonts and
-path output change between its releases.
+within one level of 255 when this matplotlib is the one that drew them (figures/README.md names
+it); with another matplotlib, only the pixels are compared, within a small tolerance, since fonts
+and path output change between its releases. One level, not none: Agg's anti-aliasing rounds
+differently on another CPU (the same matplotlib and the same SVG gave 97 of sync_vs_async.png's
+1650 x 630 pixels one level apart on the AMD EPYC VM from the Intel Xeon VM's drawing).
 """
 
 from pathlib import Path
@@ -18,6 +20,7 @@ from asyncsim.lab.cli import main
 
 TRACKED = Path(__file__).resolve().parent.parent / "figures"
 RMS_TOLERANCE = 2.0  # of 255, for PNGs drawn by another matplotlib
+LEVEL = 1 / 255  # a pixel channel's rounding on another CPU, for PNGs of this matplotlib
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +53,9 @@ def test_tracked_figure_matches_a_fresh_drawing(fresh, name):
     if same_matplotlib():
         assert (TRACKED / f"{name}.svg").read_text() == (fresh / f"{name}.svg").read_text(), \
             f"{name}.svg differs from a fresh drawing: run `asyncsim book-figures`"
-        assert np.array_equal(old, new), f"{name}.png differs: run `asyncsim book-figures`"
+        worst = float(np.abs(old - new).max())
+        assert worst <= LEVEL + 1e-6, \
+            f"{name}.png differs by {worst * 255:.0f} levels: run `asyncsim book-figures`"
     else:
         rms = float(np.sqrt(np.mean((old - new) ** 2))) * 255
         assert rms <= RMS_TOLERANCE, f"{name}.png differs (rms {rms:.2f}): regenerate it"
