@@ -153,11 +153,11 @@ def check_key(key: str, table: str, source: str = "profile") -> None:
                            f"{', '.join(GEOMETRY)}")
     wildcard = name == "*" and kind != "frontend"
     blocker = name in BLOCKERS and kind == "frontend"
-    # ops issued by backward or a Trainer; Python that issues no op (program.Call)
-    phase = name in (*PHASES, *CALLS) and kind == "frontend"
-    # a Gluon block's call priced by its class: "frontend:block:Dense"
+    # ops issued by backward or a Trainer; Python that issues no op (program.Call), a Gluon
+    # block's call by its class too ("frontend:block:Dense")
     call, _, block = name.partition(":")
-    phase = phase or (kind == "frontend" and call == "block" and block.isidentifier())
+    phase = kind == "frontend" and (name in (*PHASES, *CALLS)
+                                    or (call == "block" and block.isidentifier()))
     known = name in OPS or name in GROUPS or name == BROADCAST or wildcard or blocker or phase
     if not colon or kind not in DEVICE_KINDS or not known:
         raise ProfileError(

@@ -35,6 +35,12 @@ from asyncsim.nd.program import Op
 MIX_WINDOW = 16  # ops issued: the window whose kinds `Profile.mix` counts
 
 
+def mix_factor(mix: float, kinds: int) -> float:
+    """What an op's issue price is multiplied by with `kinds` kinds of op among the last issued
+    (`Profile.mix`): 1 + mix (1 - 1/kinds). Calibration prices what it subtracts by it too."""
+    return 1.0 + mix * (1.0 - 1.0 / kinds)
+
+
 class RecentKinds:
     """The op names among the last `MIX_WINDOW` issued, counted, for `Profile.mix`."""
 
@@ -51,7 +57,7 @@ class RecentKinds:
             counts[old] -= 1
             if not counts[old]:
                 del counts[old]
-        return 1.0 + self.mix * (1.0 - 1.0 / len(counts))
+        return mix_factor(self.mix, len(counts))
 
 
 class Pricing:

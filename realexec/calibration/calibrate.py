@@ -117,6 +117,7 @@ from pathlib import Path
 import numpy as np
 
 from asyncsim.model.issue import DROP_BATCH
+from asyncsim.model.prices import mix_factor
 from asyncsim.model.profile import Cost, Profile, ProfileError
 from asyncsim.nd.ops import OPS
 from realexec.calibration import caches, fits, issuing, microbench
@@ -169,7 +170,7 @@ def _block_prices(phases: dict, costs: dict, mix: float) -> dict:
     rest = calls = 0.0
     for call, (ops, blocks) in issuing.LAYER_OPS.items():
         charged = sum(costs[f"frontend:{op}"].latency for op in ops)
-        left = phases[call] - charged * (1.0 + mix * (1.0 - 1.0 / len(set(ops))))
+        left = phases[call] - charged * mix_factor(mix, len(set(ops)))
         rest, calls = rest + left, calls + len(blocks)
         new = [block for block in blocks if block not in prices]
         left -= sum(prices[block] for block in blocks if block in prices)
