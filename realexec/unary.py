@@ -98,16 +98,17 @@ def unary_push(backend):
 def light_push(backend, heavy):
     """`(issue_same, issue_scalar)` for an engine with light results. `issue_scalar` is the push
     of `unary_push`'s common case on cpu(0) as one compiled call (`realexec.engine.light.push`)
-    with the input's var id, the output's var id, the number and the drop held back for it
+    with the input's var id, the output's var id and bytes (its shape and dtype are the input's,
+    which the state holds), the number and the drop held back for it
     (`NDArray`'s operators call it for an op of an array and a number: no records, no attrs
     dict); `issue_same` hands it an op of one array of `ND._same` (relu, and those `issue`
     sends here). The call itself tells the cases it cannot do, having done nothing of them
     (`realexec.cpu.light.LightResults._answered`): light pushes over (the engine closed, a var
-    poisoned, a GPU in use), a result of more than `LIGHT_BYTES` or two dimensions, a held drop
+    poisoned, a GPU in use), a result of more than `LIGHT_BYTES`, a held drop
     that is a Python var's (deleted by Python, and the push made again), an input the state does
-    not hold (a Python var: lent to it when its last write is done, and the push made again;
-    else `heavy`: `unary_push`'s path). So the common push tests nothing in Python but the op
-    and the device."""
+    not hold (a Python var: lent to it when its last write is done and it has at most two
+    dimensions, and the push made again; else `heavy`: `unary_push`'s path). So the common push
+    tests nothing in Python but the op and the device."""
     engine, world = backend.engine, backend._world
     push, addr, drops = world.push, world.addr, backend._light_drops
     buf, codes, hand = engine._buf, backend._light_codes, backend._hand_drops
@@ -124,11 +125,6 @@ def light_push(backend, heavy):
             heavy(op_id, name, (rid,), var, shape, dtype, device,
                   {"scalar": scalar} if attrs is None else attrs, nbytes)
             return
-        ndim = len(shape)  # (not a try around the unpacking: a vector's ValueError cost 0.5 us)
-        if ndim == 2:
-            d0, d1 = shape
-        else:  # a vector, a scalar, or (0, 0) for more dimensions
-            d0, d1 = (shape[0], -1) if ndim == 1 else (-1, -1) if not ndim else (0, 0)
         token = engine._next
         if token >= engine._next_harvest:
             engine._harvest(token)  # spans read out, or a wait for the slot's last op
@@ -139,11 +135,11 @@ def light_push(backend, heavy):
             if len(drops) > 1:
                 hand(keep=1)
             dropped = drops.pop()
-        answer = push(addr, token, op, _CODES[dtype], rid, var, d0, d1, scalar, op_id, dropped)
+        answer = push(addr, token, op, rid, var, nbytes, scalar, op_id, dropped)
         if answer == PYTHON_DROP:  # a Python var's drop, deleted here; the call made again
             free_python(dropped)
             dropped = -1
-            answer = push(addr, token, op, _CODES[dtype], rid, var, d0, d1, scalar, op_id, -1)
+            answer = push(addr, token, op, rid, var, nbytes, scalar, op_id, -1)
         if answer:  # not the common case: see `LightResults._answered`
             answer = backend._answered(answer, op_id, name, rid, var, shape, dtype, device,
                                        scalar, nbytes, attrs, token, dropped)

@@ -256,6 +256,29 @@ def test_a_write_of_a_lent_var_waits_for_the_light_reads_of_it():
         del held
 
 
+@pytest.mark.parametrize("shape,dtype,light", [
+    ((2, 3), "float64", True), ((3,), "float32", True), ((), "float64", True),
+    ((2, 2, 2), "float32", False),  # more than two dimensions: never lent, never light
+    ((40, 40), "float32", False)])  # more than `LIGHT_BYTES`
+def test_a_light_push_gives_its_output_its_inputs_shape_and_dtype(shape, dtype, light):
+    """The light push takes its output's shape and dtype from its input's slot in the state
+    (a lent Python var's are written there when it is lent), not from the frontend."""
+    start = np.arange(int(np.prod(shape)), dtype=dtype).reshape(shape) / 3
+    with light_session(workers=1) as nd:
+        backend = nd._backend
+        x = nd.array(start, dtype=dtype)
+        x.wait_to_read()
+        y = x * 2.0
+        z = y + 1.5  # over a light result when `y` is one
+        assert (backend.vars.get(x.var) in backend._lent) == light
+        assert (y.var not in backend.vars and z.var not in backend.vars) == light
+        for got, want in ((y, start * 2.0), (z, start * 2.0 + 1.5)):
+            assert got.shape == shape and got.dtype == np.dtype(dtype)
+            out = got.asnumpy()
+            assert out.shape == shape and out.dtype == np.dtype(dtype)
+            np.testing.assert_array_equal(out, want)
+
+
 def test_a_full_arena_sends_the_push_the_general_way():
     with light_session(workers=1) as nd:
         backend = nd._backend

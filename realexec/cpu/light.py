@@ -40,12 +40,14 @@ from __future__ import annotations
 import numpy as np
 
 from realexec.cpu.drops import DroppedResults
+from realexec.cpu.native_ops import DTYPES
 from realexec.engine import table as t
 from realexec.engine.deps import Var
 from realexec.engine.light import (
     GENERAL,
     HELD,
     LATE_FULL,
+    LIGHT_BYTES,
     NO_VAR,
     OP_BITS,
     READ_LOG,
@@ -171,10 +173,14 @@ class LightResults:
         """Lend Python var `x` (frontend var `rid`) to the compiled state if its last write is
         done: the light pushes that read it find it there by `rid`. False if it still runs (or
         the state's table is full)."""
+        data = x.data
+        dtype = DTYPES.get(data.dtype)
+        if dtype is None or data.ndim > 2 or data.nbytes > LIGHT_BYTES:
+            return False  # no light push could read it (they take its shape and dtype)
         engine = self.engine
         writer = engine._deps.last_write(x)
         if (writer is None or engine._done(writer)) and self._world.lend(
-                rid, x.ptr or _address_of(x), writer):
+                rid, x.ptr or _address_of(x), writer, data.shape, dtype):
             self._lent[x] = rid
             self._lent_ids.add(rid)
             return True

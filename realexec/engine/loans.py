@@ -61,16 +61,18 @@ def adopt(addr, var, out):
 
 
 @njit(cache=True)
-def lend(addr, var, address, writer):
-    """Python var `var` (its buffer at `address`, its last write `writer`, -1: none, done) is
-    read by light pushes from now on: their reads are noted here until `unlend`. Its slot, or
-    -1 (the var table is full)."""
+def lend(addr, var, address, writer, d0, d1, dtype):
+    """Python var `var` (its buffer at `address`, its last write `writer`, -1: none, done; of
+    shape (d0, d1), a dimension -1 for none, and dtype code `dtype`, which a light push of it
+    gives its output) is read by light pushes from now on: their reads are noted here until
+    `unlend`. Its slot, or -1 (the var table is full)."""
     (w, keys, offs, sizes, dims, rows, links, pool, preds, spare, nfree, made, lates,
      logs) = parts(addr)
     slot = free_slot(w, keys, var)
     if slot < 0:
         return -1
     keys[slot], offs[slot], sizes[slot] = var, address, LENT
+    dims[slot, 0], dims[slot, 1], dims[slot, 2] = d0, d1, dtype
     slotdeps.fresh(rows, slot)
     rows[slot, slotdeps.WRITER] = writer
     return slot
