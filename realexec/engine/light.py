@@ -166,7 +166,9 @@ def push(addr, token, op, in_var, out_var, nbytes, scalar, op_id, dropped):
         if changed:
             log_live(w, logs, issue)
         return TABLE_FULL if slot < 0 else ARENA_FULL
-    if not slotdeps.note_read(rows, links, pool, src, token, low):
+    sync = w[SYNC]
+    # sync mode orders nothing (each op is done when its push returns): no read to note
+    if not sync and not slotdeps.note_read(rows, links, pool, src, token, low):
         give_back(w, spare, nfree, off, nbytes)
         if changed:
             log_live(w, logs, issue)
@@ -178,7 +180,7 @@ def push(addr, token, op, in_var, out_var, nbytes, scalar, op_id, dropped):
     log_live(w, logs, issue)  # one entry a call, at its issue: the deletion's and the take's
     answer = 0
     code, name = op & _CODE, op >> OP_BITS
-    if w[SYNC]:  # the op runs here and now, stamped as a worker would (sync mode)
+    if sync:  # the op runs here and now, stamped as a worker would (sync mode)
         run_unary_stamped(s, token, code, dtype, n, in_addr, base + off, scalar, op_id, name,
                           issue)
     elif t.push_unary(s, token & (s[layout.H_CAP] - 1), token, SCALAR, code, dtype, n, in_addr,
