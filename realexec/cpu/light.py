@@ -24,15 +24,16 @@ without a call), before anything is reserved: so memory comes back at the next p
 blocker, never later than before the next output is taken. Appends and pops of that list are
 single steps, so a drop on another thread (a collection) is neither lost nor made twice.
 
-Inputs: a light push reads a light result, or a Python var whose last write is done (lent to
-the state when a call answers `NO_VAR`, and the push made again: `_lend`). A Python var whose
-last write still runs sends the op the general way: a light result there would be read by the
-next op of another kind as often as not (a dense layer's relu, read by the next layer), and its
-adoption costs more than the light push saves. So no light op can inherit a failure, but from
-a predecessor that failed after the call looked (a poisoned var ends light pushes:
+Inputs: a light push reads a light result, or a Python var whose last write is done (lent to the
+state, with its shape and dtype, which the output takes, when a call answers `NO_VAR`, and the
+push made again: `_lend`; an array of more than two dimensions is never lent). A Python var
+whose last write still runs sends the op the general way: a light result there would be read by
+the next op of another kind as often as not (a dense layer's relu, read by the next layer), and
+its adoption costs more than the light push saves. So no light op can inherit a failure, but
+from a predecessor that failed after the call looked (a poisoned var ends light pushes:
 `Light.off`): the call then answers `HELD`, and the result is adopted at once and the op
-recorded, for the worker to poison it by. Memory: the arena's live bytes, logged by the
-compiled calls, are added to the CPU pool's samples in the Trace (`_with_light`).
+recorded, for the worker to poison it by. Memory: the arena's live bytes, logged by the compiled
+calls, are added to the CPU pool's samples in the Trace (`_with_light`).
 """
 
 from __future__ import annotations
@@ -171,8 +172,9 @@ class LightResults:
 
     def _lend(self, x, rid: int) -> bool:
         """Lend Python var `x` (frontend var `rid`) to the compiled state if its last write is
-        done: the light pushes that read it find it there by `rid`. False if it still runs (or
-        the state's table is full)."""
+        done: the light pushes that read it find it there by `rid`. False if it still runs, if
+        no light push could read it (more than two dimensions or `LIGHT_BYTES`, another dtype)
+        or the state's table is full."""
         data = x.data
         dtype = DTYPES.get(data.dtype)
         if dtype is None or data.ndim > 2 or data.nbytes > LIGHT_BYTES:

@@ -13,10 +13,11 @@ and the reads since). `push` does, in one call, what the Python push does with i
    DESIGN rule: a buffer is reused only after every op touching it has finished), looked at by
    every call;
 2. the input: a light result's buffer, or a Python var's lent to the state (`lend`: its last
-   write done), with its last write as the predecessor and this op as a read of it (any other
-   input: the frontend takes the general path);
-3. the output: a buffer of its class (a free one, or a new one off the arena's end), a slot, its
-   write; then the op into the engine's table (`table.push_unary`) behind its predecessor.
+   write done, its shape and dtype written with it), with its last write as the predecessor and
+   this op as a read of it (any other input: the frontend takes the general path);
+3. the output: a buffer of its class (a free one, or a new one off the arena's end), a slot with
+   its input's shape and dtype, its write; then the op into the engine's table
+   (`table.push_unary`) behind its predecessor.
 
 A call that cannot do its op (light pushes over: `OFF`, set once the engine closes, a var is
 poisoned or a GPU is in use; a result too large; table, arena or reads full; an unknown input)
