@@ -187,6 +187,33 @@ def test_training_sweeps_leave_out_calls_that_take_too_long():
     assert all(seconds > 0 for points in every.values() for *_, seconds in points["points"])
 
 
+def test_each_sweep_and_each_crowding_round_is_taken_on_its_own():
+    """A gate takes the training ops' sweeps and the convolutions' crowding rounds one by one
+    (`take(fn)` per sweep, per round), not the minute of them as one step: what a take returns
+    is what is kept, so a sweep taken again replaces its first try."""
+    from realexec import session
+    from realexec.calibration import microbench, training
+
+    takes = []
+
+    def take(fn):
+        takes.append(fn)
+        fn()  # a first try, thrown away as a gate's retake throws it away
+        return fn()
+
+    with session(workers=2) as nd:
+        bench = microbench._Bench(nd, 2)
+        calls = training.cases(nd, (2**8,), ((1, 2, 6, 3, 3, 1, 0),))
+        times = training.kernel_times(bench, calls, repeats=1, rounds=3, pause=0.0, take=take)
+        assert len(takes) == 3
+        pairs = training.crowding(bench, ((1, 2, 6, 3, 3, 1, 0),), rounds=2, take=take)
+    assert len(takes) == 5
+    assert set(times) == {name for name, _, _ in calls}
+    assert all(len(p["points"]) >= 1 for p in times.values())
+    assert {label.partition("@")[0] for label in pairs} == {"conv2d", "conv2d_grad"}
+    assert all(v["alone"] > 0 and v["together"] > 0 for v in pairs.values())
+
+
 def test_the_round_trips_t3_is_what_the_blocker_adds_once_its_wait_is_over():
     """t3 is what a blocker costs after its op has ended: for a tiny op that ended before the
     frontend called wait_to_read, the call alone, never the frontend's Python between the

@@ -34,7 +34,8 @@ a program with:
   softmaxes, cross-entropy, batch norm, activations, their gradients, `sgd_update`, ...): each
   kernel fitted over sizes on the bytes and flops the model counts for it (latency + bytes /
   bandwidth + flops / peak for the convolutions, over LeNet's and ResNet's layers, and each of
-  those layers' geometries priced on its own timing and crowding, "cpu:conv2d@<geometry>"), each
+  those layers' geometries priced on its own timing, "cpu:conv2d@<geometry>", crowded by the
+  median of every geometry's pairs run at once: `fits.set_crowding`), each
   issue measured as the other ops' (`realexec.calibration.training`,
   `realexec.calibration.issuing`); "cpu:graph", what a hybridized graph's kernel adds per member;
   "cpu:dot" over the square products below and rectangular ones with an operand transposed, as

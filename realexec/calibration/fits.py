@@ -260,15 +260,18 @@ def set_crowding(costs: dict, measured: dict, workers: int) -> None:
     for key in MEMORY_BOUND:
         if key in costs and crowd > 0.05:
             costs[key].crowd = crowd
-    # convolutions two at once (`training.crowding`): the forward's geometry from the forward
-    # twice, the gradients' from the two gradients together
-    for label, case in measured.items():
-        name, at, geometry = label.partition("@")
-        if not at or not name.startswith("conv2d"):
-            continue
-        crowd = _crowd(case, 0.0, workers)
-        names = ("conv2d",) if name == "conv2d" else ("conv2d_grad_data", "conv2d_grad_weight")
-        for op in names:
+    # convolutions two at once (`training.crowding`: each geometry's forward twice and its two
+    # gradients together): one crowd for them all, the median over every pair, as one pair's
+    # rounds scatter far more than the geometries differ (over 18 calibrations, one geometry's
+    # crowd had an interquartile range of 0.1-0.4 while the geometries' medians lay within
+    # 0.05-0.28; LeNet's second layer alone gave 0.06 and 0.63 an hour apart, 2-core AMD VM)
+    pairs = [(label.partition("@")[2], _crowd(case, 0.0, workers))
+             for label, case in measured.items() if label.startswith("conv2d") and "@" in label]
+    if not pairs:
+        return
+    crowd = float(np.median([value for _, value in pairs]))
+    for geometry, _ in pairs:
+        for op in ("conv2d", "conv2d_grad_data", "conv2d_grad_weight"):
             key = f"cpu:{op}@{geometry}"
             if key in costs and crowd > 0.05:
                 costs[key].crowd = crowd

@@ -273,7 +273,9 @@ def _measure(workers: int, settings: Settings, progress: bool, engine: str = "na
             bar.update()
         bar.set_postfix_str("training ops")
         calls = training.cases(nd, s.op_sizes, s.conv_shapes, s.dot_shapes, s.layer_products)
-        raw["ops"] = step(training.kernel_times, bench, calls, s.repeats, s.sweeps, s.spread)
+        # gated sweep by sweep: the step takes a minute, in which spells come and go
+        raw["ops"] = training.kernel_times(bench, calls, s.repeats, s.sweeps, s.spread,
+                                           take=step)
         del calls
         raw["graph_step"] = step(training.graph_step, bench, s.graph_repeats)
         raw["op_issue"] = step(issuing.issue_times, bench, max(1, s.issue_ops // 3), s.loops,
@@ -297,7 +299,7 @@ def _measure(workers: int, settings: Settings, progress: bool, engine: str = "na
         raw["frees_late"] = late["frees"]
         bar.update()
         bar.set_postfix_str("concurrency")
-        raw["concurrency"] = step(_concurrency, bench, s) if workers > 1 else {}
+        raw["concurrency"] = _concurrency(bench, s, step) if workers > 1 else {}
         bar.update()
     if engine == "native-light":
         bar.set_postfix_str("light results")
@@ -311,26 +313,32 @@ def _measure(workers: int, settings: Settings, progress: bool, engine: str = "na
     return raw
 
 
-def _concurrency(bench, s: Settings) -> dict:
+def _concurrency(bench, s: Settings, step=_at_once) -> dict:
     """Memory-bound ops (two sizes), a sampler, a product and every convolution geometry of
     `conv_shapes`, one at a time and W at once; the frontend's issue period with workers asleep
-    and with all of them running."""
+    and with all of them running. `step` takes the first and the last as one step each, the
+    convolutions round by round (`training.crowding`)."""
     nd = bench.nd
     xs = [nd.random.uniform(shape=(n,)) for n in s.crowd_sizes]
     m = nd.random.uniform(0, 1 / 256, shape=(256, 256))
     nd.waitall()
-    out = {}
     cases = [(f"elementwise {x.size}", lambda x=x: x + 1.0, "add_scalar") for x in xs]
     cases += [("normal", lambda: nd.random.normal(shape=(s.compute_size,)), "normal"),
               ("dot", lambda: nd.dot(m, m), "dot")]
-    for label, make, name in cases:
-        alone, together = microbench_host.concurrency(bench, make, 4, name)
-        out[label] = {"alone": alone, "together": together}
+
+    def pairs() -> dict:
+        out = {}
+        for label, make, name in cases:
+            alone, together = microbench_host.concurrency(bench, make, 4, name)
+            out[label] = {"alone": alone, "together": together}
+        return out
+
+    out = step(pairs)
     # convolutions two at once: their im2col and col2im copies share the memory system, more so
     # the larger the images (a 64-channel 28x28 layer's gradients slow by a quarter, a 4x4 one's
     # not at all)
-    out.update(training.crowding(bench, s.conv_shapes))
-    alone_period, busy_period = microbench_host.busy_frontend(bench, s.issue_ops // 2,
-                                                              s.loops, 40 * s.issue_ops)
+    out.update(training.crowding(bench, s.conv_shapes, take=step))
+    alone_period, busy_period = step(microbench_host.busy_frontend, bench, s.issue_ops // 2,
+                                     s.loops, 40 * s.issue_ops)
     out["frontend"] = {"alone": alone_period, "busy": busy_period}
     return out

@@ -150,7 +150,11 @@ def _convolutions(nd, batch, channels, side, filters, kernel, stride, pad, ctx=N
     ]
 
 
-def crowding(bench, conv_shapes, rounds: int = CROWD_ROUNDS) -> dict:
+def _at_once(fn):
+    return fn()
+
+
+def crowding(bench, conv_shapes, rounds: int = CROWD_ROUNDS, take=None) -> dict:
     """How much two convolutions at once slow each other, per geometry of `conv_shapes` (the
     last shape of a geometry gives its batch): "conv2d@<geometry>", the forward twice (as two
     devices run a layer), and "conv2d_grad@<geometry>", the data and weight gradients (which
@@ -162,8 +166,10 @@ def crowding(bench, conv_shapes, rounds: int = CROWD_ROUNDS) -> dict:
     a pair's rounds lie a whole sweep apart, not a few milliseconds: with three rounds of one
     pair in a row, a slow spell of a second or two took all of them, and LeNet's second
     convolution came out 0.82 crowded in one calibration and under 0.05 or 0.13 in the two
-    after it (2-core AMD EPYC VM; lenet_cpu2 predicted 39% slow)."""
+    after it (2-core AMD EPYC VM; lenet_cpu2 predicted 39% slow). `take(fn)` runs each round
+    (`Gate.run`, as `kernel_times`'s sweeps); None: at once."""
     nd = bench.nd
+    take = take or _at_once
     pairs = {}
     for shape in conv_shapes:
         calls = _convolutions(nd, *shape)
@@ -178,8 +184,8 @@ def crowding(bench, conv_shapes, rounds: int = CROWD_ROUNDS) -> dict:
     for first, second in pairs.values():
         first().wait_to_read()  # compiled, buffers touched
         second().wait_to_read()
-    results = {label: [] for label in pairs}
-    for k in range(rounds):
+    def round_(k: int) -> dict:
+        row = {}
         for label, (first, second) in pairs.items():
             seconds = {}
             for together in ((False, True) if k % 2 == 0 else (True, False)):
@@ -194,7 +200,13 @@ def crowding(bench, conv_shapes, rounds: int = CROWD_ROUNDS) -> dict:
                 spans = [end - start for _, name, start, end in bench.spans(since, "exec")
                          if name.startswith("conv2d")]
                 seconds[together] = sum(spans) / len(spans)
-            results[label].append((seconds[False], seconds[True]))
+            row[label] = (seconds[False], seconds[True])
+        return row
+
+    results = {label: [] for label in pairs}
+    for k in range(rounds):
+        for label, pair in take(lambda k=k: round_(k)).items():
+            results[label].append(pair)
     out = {}
     for label, measured in results.items():
         measured.sort(key=lambda pair: pair[1] / pair[0])
@@ -204,7 +216,7 @@ def crowding(bench, conv_shapes, rounds: int = CROWD_ROUNDS) -> dict:
 
 
 def kernel_times(bench, calls, repeats: int, rounds: int, pause: float,
-                 longest: float = LONGEST) -> dict:
+                 longest: float = LONGEST, take=None) -> dict:
     """op name -> {"points": [[bytes, flops, seconds], ...]} (and for a convolution
     "geometries": {`ops.geometry`: its point}): each call's exec seconds, a low
     quantile (0.25) of `repeats` calls one at a time in each of `rounds` sweeps over all the
@@ -214,8 +226,14 @@ def kernel_times(bench, calls, repeats: int, rounds: int, pause: float,
     call whose second run took over `longest` seconds is left out, with every larger call of the
     same op and attrs (`calls` come in increasing sizes): an op that slow at that size is
     compute-bound, its time grows in step with its bytes, and the smaller sizes pin its cost
-    down at a fraction of the time."""
+    down at a fraction of the time.
+
+    `take(fn)` runs each sweep (`Gate.run`: in the machine's usual state, again when a slow
+    spell began during it); None: at once. A gate around the whole minute of sweeps let a spell
+    in its middle price every convolution 1.35-1.45x its usual time, and with it the CNN
+    scenarios 36-65% slow (2-core AMD EPYC VM)."""
     nd = bench.nd
+    take = take or _at_once
     timed, too_long = [], set()
     for name, inputs, attrs in calls:
         variant = (name, repr(sorted((k, v) for k, v in attrs.items() if not k.endswith("shape"))))
@@ -229,10 +247,7 @@ def kernel_times(bench, calls, repeats: int, rounds: int, pause: float,
             too_long.add(variant)
             continue
         timed.append((name, inputs, attrs))
-    sweeps = []
-    for k in range(rounds):
-        if k:
-            busy(pause)
+    def sweep() -> list[float]:
         row = []
         for name, inputs, attrs in timed:
             since = bench.mark()
@@ -241,7 +256,13 @@ def kernel_times(bench, calls, repeats: int, rounds: int, pause: float,
             spans = bench.spans(since, "exec", name)
             row.append(float(np.quantile([end - start for _, _, start, end in spans], 0.25)))
         nd.waitall()
-        sweeps.append(row)
+        return row
+
+    sweeps = []
+    for k in range(rounds):
+        if k:
+            busy(pause)
+        sweeps.append(take(sweep))
     out: dict = defaultdict(lambda: {"points": []})
     for (name, inputs, attrs), column in zip(timed, zip(*sweeps, strict=True), strict=True):
         nbytes, flops = features(name, inputs, attrs)
