@@ -113,30 +113,6 @@ def test_a_finished_op_releases_dropped_buffers_on_its_worker():
     assert released - plain == _exact((n - 1) * rel)
 
 
-def test_crowding_stretches_kernels_that_run_together():
-    """Two memory-bound ops starting together: the first is alone when it starts, the second
-    finds one crowding kernel running and takes (1 + crowd) of its bytes time."""
-    def pair(nd):
-        x = nd.ones((1000,))
-        x.wait_to_read()
-        with nd.benchmark("pair"):
-            a = x + 1
-            b = x + 2
-            nd.waitall()
-        return a, b
-
-    bytes_time = 1e-3
-    op_bytes = 8000  # 1000 floats in, 1000 out
-    cost = Cost(bandwidth=op_bytes / bytes_time, crowd=0.5)
-    profile = _profile(workers=2, t1=1e-9, t3=0.0, costs={"cpu:*": cost})
-    runs = sorted(predict(pair, profile).spans_of(kind="exec"), key=lambda s: s.op_id)[-2:]
-    assert runs[0].duration == _exact(bytes_time)
-    assert runs[1].duration == _exact(1.5 * bytes_time)
-    uncrowded = profile.replace(**{"cpu:*.crowd": 0.0}, dispatch=1e-12)
-    runs = sorted(predict(pair, uncrowded).spans_of(kind="exec"), key=lambda s: s.op_id)[-2:]
-    assert runs[1].duration == _exact(bytes_time)
-
-
 def test_a_frontend_and_two_busy_workers_share_two_cores_and_a_blocked_frontend_leaves_them():
     """Two workers on two cores, four 1 ms ops issued 0.5 ms apart. Once the second op starts,
     three threads want the two cores and each runs at 2/3 speed: the second op takes 1.5 ms, the

@@ -35,10 +35,10 @@ what the book's closed forms assume. With a Host:
   busy workers in 10.2-11.5 ms, where the rule before (the frontend's core its own, a worker
   waiting for a free one) said 7.0-7.6 and sharing says 11.4 (2-core AMD EPYC VM).
 - crowding (a CPU cost with `crowd` > 0, memory-bound kernels, and convolutions, whose cost
-  has no bytes term: their flops time stands for it): when such a kernel starts, each
-  other crowding kernel running at that moment stretches its bytes time by `crowd` (two cores
-  sharing one memory system; fixed at its start, which is exact for kernels that start together
-  and cheap to simulate). Compute-bound kernels (crowd 0) neither stretch nor count. The bytes
+  has no bytes term: their flops time stands for it): while such a kernel runs, each other
+  crowding kernel running beside it stretches its bytes time by `crowd` (two cores sharing one
+  memory system; re-timed whenever one starts or ends: `asyncsim.model.crowd`).
+  Compute-bound kernels (crowd 0) neither stretch nor count. The bytes
   an op finds cold (`asyncsim.model.caches`) come over the memory bus instead, which the
   workers share more than the caches: with `profile.dram_crowd`, the time they take at `dram`
   is stretched by `dram_crowd` for each other kernel moving cold bytes at that moment, not by
@@ -66,6 +66,7 @@ from __future__ import annotations
 from functools import partial
 
 from asyncsim.model.cores import Cores, elapse
+from asyncsim.model.crowd import Crowd
 from asyncsim.model.gil import Gil
 from asyncsim.model.places import Places
 from asyncsim.model.wakes import WakeQueue
@@ -86,8 +87,6 @@ class Host:
         self.release = profile.release
         handover = profile.handover or profile.dispatch
         self.gil = Gil(env, handover, profile.switch) if profile.gil and not sync else None
-        self.crowding = 0  # crowding kernels running now
-        self.streaming = 0  # kernels moving cold bytes now (with `dram_crowd`)
         self.dram_crowd = profile.dram_crowd if profile.dram else 0.0
         # every CPU device's workers share the cores (and the GIL): one process
         workers = profile.workers if workers is None else workers
@@ -95,6 +94,7 @@ class Host:
         self.cores = Cores(env, profile.cores) if crowded else None
         # generator: seconds of a runnable thread's work, at its share of the cores
         self.spend = self.cores.work if crowded else partial(elapse, env)
+        self.crowd = Crowd(env, self.dram_crowd, self.cores)  # the crowding kernels running
         self.spin = profile.spin
         self.waiting = False  # the frontend is blocked (and holds no core)
         self.asleep = False  # ... and has stopped spinning
@@ -234,7 +234,7 @@ class Host:
                     yield from spend(self.wake)
                 gil.release(lane)
             if crowd or from_dram:
-                yield from self._crowded(0.0, by_bytes, by_flops, crowd, from_dram)
+                yield from self.crowd.run(0.0, by_bytes, by_flops, crowd, from_dram)
             elif by_bytes or by_flops:
                 yield from spend(by_bytes + by_flops)
             if gil is not None:  # the kernel returns into Python: the GIL again
@@ -267,23 +267,6 @@ class Host:
         yield event
         self.cores.join()
 
-    def _crowded(self, latency: float, by_bytes: float, by_flops: float, crowd: float,
-                 from_dram: float):
-        """Generator: a kernel's time among the kernels running as it starts (fixed then, which
-        is exact for kernels that start together and cheap to simulate): its bytes time
-        stretched by `crowd` for each other crowding kernel, except the part its cold bytes
-        take (`from_dram`), stretched by `dram_crowd` for each other kernel moving cold bytes:
-        the caches' share of the bandwidth and the memory bus's."""
-        seconds = latency + (by_bytes - from_dram) * (1.0 + crowd * self.crowding) + by_flops
-        if from_dram:
-            seconds += from_dram * (1.0 + self.dram_crowd * self.streaming)
-        crowding, streaming = int(crowd > 0), int(from_dram > 0)
-        self.crowding += crowding
-        self.streaming += streaming
-        yield from self.spend(seconds)
-        self.crowding -= crowding
-        self.streaming -= streaming
-
     def _compiled(self, lane: str, position: int, latency: float, by_bytes: float,
                   by_flops: float, crowd: float, from_dram: float):
         """A compiled worker runs op `position`: its kernel, then its completion, no GIL; it
@@ -291,7 +274,7 @@ class Host:
         model, env = self.model, self.env
         start = env.now
         if crowd or from_dram:
-            yield from self._crowded(latency, by_bytes, by_flops, crowd, from_dram)
+            yield from self.crowd.run(latency, by_bytes, by_flops, crowd, from_dram)
         else:
             yield from self.spend(latency + by_bytes + by_flops)
         op = model.ops[position]
