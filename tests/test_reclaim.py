@@ -111,7 +111,8 @@ def test_a_blocker_asleep_past_its_polls_pays_only_for_what_finished_after_the_l
 def test_calibration_measures_a_chain_whose_drops_wait():
     """On the compiled engine, most drops of the calibration's chain wait for their op, and
     what it reports is the chain's time less the fixed loop's; the Python engine reports 0.
-    (CI's VM, loaded, once found 0.375 of them waiting: three tries, then a skip if other
+    (CI's VM, loaded, once found 0.375 of them waiting, and the AMD VM 0.34 with its frontend in
+    its slow mode before `frees.SIZES` went past 65536: three tries, then a skip if other
     machines took the cores meanwhile.)"""
     with realexec.session(workers=1) as nd:
         reclaim(_Bench(nd, 1), 20, 1)  # warm: a process's first chains ran their ops late

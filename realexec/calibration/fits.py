@@ -264,7 +264,7 @@ def set_crowding(costs: dict, measured: dict, workers: int) -> None:
     # gradients together): one crowd for them all, the median over every pair, as one pair's
     # rounds scatter far more than the geometries differ (over 18 calibrations, one geometry's
     # crowd had an interquartile range of 0.1-0.4 while the geometries' medians lay within
-    # 0.05-0.28; LeNet's second layer alone gave 0.06 and 0.63 an hour apart, 2-core AMD VM)
+    # 0.05-0.28; LeNet's second layer alone gave 0.63 and 0.06 within the hour, 2-core AMD VM)
     pairs = [(label.partition("@")[2], _crowd(case, 0.0, workers))
              for label, case in measured.items() if label.startswith("conv2d") and "@" in label]
     if not pairs:

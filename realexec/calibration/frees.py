@@ -33,7 +33,10 @@ from time import perf_counter_ns
 from asyncsim.model.issue import DROP_BATCH
 from realexec.calibration.steady import busy, central
 
-SIZES = (4096, 8192, 16384, 32768, 65536)  # float32 elements: ops of ~0.5-5 us here
+# float32 elements: ops of ~0.5-5 us here, and two longer ones for a frontend in its slow mode
+# (its Python twice as slow for minutes: ops of 5 us were done before most drops, 0.34 of a
+# chain's drops waiting, 2-core AMD EPYC VM)
+SIZES = (4096, 8192, 16384, 32768, 65536, 131072, 262144)
 WAITED = 0.8  # the share of a probe chain's pushes that must give a buffer back, for its size
 PROBE = 200  # ops in a probe chain
 
