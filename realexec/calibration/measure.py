@@ -31,7 +31,14 @@ from realexec.calibration import (
 from realexec.calibration import gil as microbench_gil
 from realexec.calibration import host as microbench_host
 from realexec.calibration.fits import FITTED, ROW
-from realexec.calibration.steady import LOOK_PAUSE, Gate, busy, product_probe, speed_probe
+from realexec.calibration.steady import (
+    LOOK_PAUSE,
+    Gate,
+    at_once,
+    busy,
+    product_probe,
+    speed_probe,
+)
 from realexec.sessions import session
 
 
@@ -195,10 +202,6 @@ def kernels(nd, settings, ctx=None) -> list[tuple]:
 LEARN_LOOKS = 8
 
 
-def _at_once(fn, *args, **kwargs):
-    return fn(*args, **kwargs)
-
-
 def _measure(workers: int, settings: Settings, progress: bool, engine: str = "native",
              reference: float | None = None) -> dict:
     """Run every microbenchmark; everything measured (raw numbers, fitted by `_profile`). Every
@@ -219,7 +222,7 @@ def _measure(workers: int, settings: Settings, progress: bool, engine: str = "na
     # each step in the machine's usual state, not in a slow spell; not for a quick calibration
     # (tiny sizes, no spread: the tests' and `--quick`'s), which prices nothing for real
     gate = Gate(reference) if s.spread else None
-    step = gate.run if gate else _at_once
+    step = gate.run if gate else at_once
     if gate and reference is None:  # the usual state learnt before the first step
         for _ in range(LEARN_LOOKS):
             gate.look()
@@ -313,7 +316,7 @@ def _measure(workers: int, settings: Settings, progress: bool, engine: str = "na
     return raw
 
 
-def _concurrency(bench, s: Settings, step=_at_once) -> dict:
+def _concurrency(bench, s: Settings, step=at_once) -> dict:
     """Memory-bound ops (two sizes), a sampler, a product and every convolution geometry of
     `conv_shapes`, one at a time and W at once; the frontend's issue period with workers asleep
     and with all of them running. `step` takes the first and the last as one step each, the

@@ -25,6 +25,11 @@ import time
 import numpy as np
 
 
+def at_once(fn, *args, **kwargs):
+    """`fn(*args, **kwargs)` now: a step taken without a `Gate` (a quick calibration's)."""
+    return fn(*args, **kwargs)
+
+
 def busy(seconds: float, threads: int | None = None) -> None:
     """Keep `threads` cores (default: all) at work for `seconds`: realexec's own sampler (a
     numba loop that drops the GIL, tens of microseconds a call) on that many threads. Not BLAS

@@ -31,7 +31,7 @@ from collections import defaultdict
 import numpy as np
 
 from asyncsim.nd import ops
-from realexec.calibration.steady import busy, central
+from realexec.calibration.steady import at_once, busy, central
 
 ROW = 256  # the row that `broadcast_to` stretches and `sum_axis` sums over
 CLASSES = 10  # the softmaxes' and cross-entropy's classes: a classifier's last layer
@@ -150,10 +150,6 @@ def _convolutions(nd, batch, channels, side, filters, kernel, stride, pad, ctx=N
     ]
 
 
-def _at_once(fn):
-    return fn()
-
-
 def crowding(bench, conv_shapes, rounds: int = CROWD_ROUNDS, take=None) -> dict:
     """How much two convolutions at once slow each other, per geometry of `conv_shapes` (the
     last shape of a geometry gives its batch): "conv2d@<geometry>", the forward twice (as two
@@ -169,7 +165,7 @@ def crowding(bench, conv_shapes, rounds: int = CROWD_ROUNDS, take=None) -> dict:
     after it (2-core AMD EPYC VM; lenet_cpu2 predicted 39% slow). `take(fn)` runs each round
     (`Gate.run`, as `kernel_times`'s sweeps); None: at once."""
     nd = bench.nd
-    take = take or _at_once
+    take = take or at_once
     pairs = {}
     for shape in conv_shapes:
         calls = _convolutions(nd, *shape)
@@ -233,7 +229,7 @@ def kernel_times(bench, calls, repeats: int, rounds: int, pause: float,
     in its middle price every convolution 1.35-1.45x its usual time, and with it the CNN
     scenarios 36-65% slow (2-core AMD EPYC VM)."""
     nd = bench.nd
-    take = take or _at_once
+    take = take or at_once
     timed, too_long = [], set()
     for name, inputs, attrs in calls:
         variant = (name, repr(sorted((k, v) for k, v in attrs.items() if not k.endswith("shape"))))
