@@ -66,7 +66,7 @@ from asyncsim.lab import scenarios
 from asyncsim.lab.compare import compare, table
 from realexec import run
 from realexec.calibration.calibrate import BackgroundLoad, cache_dir, calibrate
-from realexec.calibration.steady import Gate, busy, central, product_probe, speed_probe
+from realexec.calibration.steady import Gate, Gates, busy, central, product_probe, speed_probe
 from realexec.frontend import machine
 
 NO_NUMPY = dict(numpy_part=False)
@@ -108,7 +108,8 @@ def wait_for_quiet(limit: float = 120.0) -> None:
             return
 
 
-def measure(scenario, workers: int, params: dict, repeat: int = 3, gate: Gate | None = None,
+def measure(scenario, workers: int, params: dict, repeat: int = 3,
+            gate: Gate | Gates | None = None,
             engine: str = "native-light"):
     """A warm-up run, then measured runs (the workload's prints are swallowed): at least
     `repeat`, and for a short workload more, SPACED apart (the cores kept busy meanwhile),
@@ -251,8 +252,11 @@ def collect(args, force: bool) -> list:
               + (f"; took the state it stayed in as the usual one {spells['moved']} time(s)"
                  if spells.get("moved") else "")
               + (f"; taken again whole, as {spells['retaken']} step(s) ran before the machine "
-                 f"showed its usual speed" if spells.get("retaken") else ""))
-    gate = Gate.of(profile)  # runs in the state the calibration saw
+                 f"showed its usual speed" if spells.get("retaken") else "")
+              + (f"; the products' probe found {spells['products']['slow']} spell(s) after a "
+                 f"step and waited {spells['products']['waited']} look(s)"
+                 if "products" in spells else ""))
+    gate = Gates.of(profile)  # runs in the state the calibration saw, its products' too
     sizes = QUICK_SIZES if args.quick else SIZES
     names = args.only or scenarios.names("cpu")
     summary = []

@@ -1,6 +1,6 @@
 """Where a scenario's prediction and measurement part: exec time per op name, side by side.
 
-    python benchmarks/breakdown.py SCENARIO [--top N]
+    python benchmarks/breakdown.py SCENARIO [--top N] [--profile PROFILE.json]
 
 Predicts the scenario with this machine's calibrated profile (`realexec.calibrate`, cached) at
 `benchmarks/accuracy.py`'s sizes, measures it as that script does (a warm-up, then the run
@@ -26,6 +26,7 @@ import statistics
 import accuracy
 
 import asyncsim
+from asyncsim import Profile
 from asyncsim.lab import scenarios
 from asyncsim.model.places import AFTER, GEMM, STREAMING
 from asyncsim.nd.ops import OPS
@@ -114,10 +115,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenario", choices=scenarios.names("cpu"))
     parser.add_argument("--top", type=int, default=20)
+    parser.add_argument("--profile", help="a profile's JSON file (an accuracy collection's kept "
+                        "profile) instead of this machine's cached calibration")
     args = parser.parse_args()
     scenario = scenarios.get(args.scenario)
     params = scenario.kwargs(**accuracy.SIZES.get(args.scenario, {}))
-    profile = calibrate()
+    profile = Profile.load(args.profile) if args.profile else calibrate()
     with contextlib.redirect_stdout(io.StringIO()):
         program = asyncsim.record(scenario.workload, **params)
     pred = asyncsim.simulate(program, profile)

@@ -214,6 +214,35 @@ def test_each_sweep_and_each_crowding_round_is_taken_on_its_own():
     assert all(v["alone"] > 0 and v["together"] > 0 for v in pairs.values())
 
 
+@pytest.mark.filterwarnings("ignore:calibrate. other processes:UserWarning")  # as above
+def test_the_steps_that_price_products_wait_for_the_product_probe_too(monkeypatch):
+    """A gated calibration takes every step that prices BLAS (products, convolutions, a graph
+    of them, what runs after them, the places of a product's operands, their crowding) through
+    `Gates` (the speed and the product probe), and the rest through the speed probe's `Gate`
+    alone. The gates' runs are replaced by calls that note the kind, so nothing waits."""
+    from realexec.calibration import measure
+
+    gated: dict[str, set] = {}
+
+    def run_as(kind):
+        def run(self, fn, *args, retries=2, **kwargs):
+            gated.setdefault(fn.__qualname__, set()).add(kind)
+            return fn(*args, **kwargs)
+        return run
+
+    monkeypatch.setattr(steady.Gate, "run", run_as("speed"))
+    monkeypatch.setattr(steady.Gates, "run", run_as("both"))
+    raw = measure._measure(2, dataclasses.replace(cal.QUICK, spread=1e-4), progress=False,
+                           reference=1.0, product_reference=1.0)
+    blas = {"kernel_times.<locals>.sweep", "graph_step", "after_gemm", "other_core",
+            "_concurrency.<locals>.pairs", "crowding.<locals>.<lambda>"}
+    assert {name for name, kinds in gated.items() if "both" in kinds} == blas | {"kernel_times"}
+    assert gated["kernel_times"] == {"speed", "both"}  # the dot sweep, and the others
+    assert {"frontend", "roundtrip", "blockers", "fresh"} <= {
+        name for name, kinds in gated.items() if kinds == {"speed"}}
+    assert set(raw["gate"]["products"]) == {"fastest", "slow", "waited", "moved", "behind"}
+
+
 def test_the_round_trips_t3_is_what_the_blocker_adds_once_its_wait_is_over():
     """t3 is what a blocker costs after its op has ended: for a tiny op that ended before the
     frontend called wait_to_read, the call alone, never the frontend's Python between the
@@ -538,12 +567,13 @@ def test_a_calibration_whose_steps_ran_behind_the_usual_state_is_taken_again(mon
 
     def measure(*args):
         takes.append(args)
-        gate = {"fastest": 0.01, "slow": 0, "waited": 0, "behind": 3 if len(takes) == 1 else 0}
+        gate = {"fastest": 0.01, "slow": 0, "waited": 0, "behind": 3 if len(takes) == 1 else 0,
+                "products": {"fastest": 0.003}}
         return json.loads(json.dumps({**raw, "gate": gate, "speed_probe": [0.02 * len(takes)]}))
 
     monkeypatch.setattr(cal, "_measure", measure)
     profile = cal.calibrate(workers=1, quick=True, cache=False, progress=False, gpu=False)
-    assert len(takes) == 2 and takes[1][-1] == 0.01 and len(takes[0]) == 4
+    assert len(takes) == 2 and takes[1][-2:] == (0.01, 0.003) and len(takes[0]) == 4
     measured = profile.meta["measurements"]
     assert measured["speed_probe"] == [0.04] and measured["gate"]["retaken"] == 3
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from realexec.calibration import steady
-from realexec.calibration.steady import HELD, SLOW, Gate
+from realexec.calibration.steady import HELD, SLOW, Gate, Gates
 
 USUAL, SPELL = 1.0, 1.5  # a probe's seconds in the usual state and in a slow spell
 
@@ -176,3 +176,66 @@ def test_with_a_known_reference_only_steps_out_of_patience_are_behind(speeds, st
         if kind == "take":
             starts.append(script.log[k - 1][1])
     assert gate.behind() == sum(v / gate.fastest > SLOW for v in starts)
+
+
+def _gates(speeds, products, reference=USUAL):
+    """Gates on two scripted probes; one log, each look tagged by its probe."""
+    log = []
+
+    def probe(tag, values):
+        def look() -> float:
+            value = values.pop(0) if values else USUAL
+            log.append((tag, value))
+            return value
+        return look
+
+    gates = Gates(Gate(reference, probe=probe("speed", list(speeds))),
+                  Gate(reference, probe=probe("product", list(products))))
+    return gates, log
+
+
+def test_a_step_gated_on_products_waits_for_both_probes():
+    """The speed probe reads usual throughout; the products' probe in a spell holds the step
+    back until it ends (the state the speed probe does not see)."""
+    gates, log = _gates([], [SPELL, SPELL, USUAL])
+    gates.run(lambda: log.append(("take", None)))
+    takes = [k for k, e in enumerate(log) if e[0] == "take"]
+    assert len(takes) == 1
+    before = [e for e in log[:takes[0]] if e[0] == "product"]
+    assert [v for _, v in before] == [SPELL, SPELL, USUAL]
+    assert (gates.gates[0].waited, gates.gates[1].waited) == (0, 2)
+
+
+@pytest.mark.parametrize("spell_in", ["speed", "product"])
+def test_a_spell_either_probe_finds_after_a_step_takes_it_again(spell_in):
+    """Each probe looks after the take (both count), and either one's spell retakes it."""
+    after = [USUAL, SPELL]  # the look before the take, then the one after
+    gates, log = _gates(after if spell_in == "speed" else [],
+                        after if spell_in == "product" else [])
+    taken = []
+    assert gates.run(lambda: taken.append(1) or len(taken)) == 2
+    assert [g.slow for g in gates.gates] == ([1, 0] if spell_in == "speed" else [0, 1])
+    assert sum(e[0] == "product" for e in log) == sum(e[0] == "speed" for e in log) == 4
+
+
+@settings(max_examples=100, deadline=None)
+@given(speeds=_speeds, products=_speeds)
+def test_gates_are_behind_when_either_gate_is(speeds, products):
+    gates, _ = _gates(speeds, products, reference=None)
+    for _ in range(3):
+        gates.run(lambda: None, retries=1)
+    assert gates.behind() == max(g.behind() for g in gates.gates)
+    assert gates.look() == max(g._last / g.fastest for g in gates.gates)
+
+
+def test_gates_of_a_profile_start_from_its_probes():
+    class Calibrated:
+        meta = {"measurements": {"speed_probe": [0.012, 0.011], "product_probe": [0.004, 0.003]}}
+
+    class Preset:
+        meta: dict = {}
+
+    speed, products = Gates.of(Calibrated).gates
+    assert (speed.fastest, products.fastest) == (0.011, 0.003)
+    assert products.probe is steady.product_probe
+    assert [g.fastest for g in Gates.of(Preset).gates] == [None, None]

@@ -396,7 +396,9 @@ def calibrate(workers: int | None = None, quick: bool = False, cache: bool = Tru
         behind = raw.get("gate", {}).get("behind", 0)
         if behind:  # steps taken before the machine showed its usual speed: all taken again,
             # waiting for it (`realexec.calibration.steady.Gate.behind`)
-            raw = _measure(workers, settings, progress, engine, raw["gate"]["fastest"])
+            gates = raw["gate"]
+            raw = _measure(workers, settings, progress, engine, gates["fastest"],
+                           gates["products"]["fastest"])
             raw["gate"]["retaken"] = behind
     finally:
         if enabled:

@@ -34,6 +34,7 @@ from realexec.calibration.fits import FITTED, ROW
 from realexec.calibration.steady import (
     LOOK_PAUSE,
     Gate,
+    Gates,
     at_once,
     busy,
     product_probe,
@@ -203,12 +204,15 @@ LEARN_LOOKS = 8
 
 
 def _measure(workers: int, settings: Settings, progress: bool, engine: str = "native",
-             reference: float | None = None) -> dict:
+             reference: float | None = None, product_reference: float | None = None) -> dict:
     """Run every microbenchmark; everything measured (raw numbers, fitted by `_profile`). Every
     price but a light result's is the shipped engine's (`engine="native"`); on
     `engine="native-light"` the light results' prices too (`realexec.calibration.light`).
-    `reference`: the speed probe's seconds in the machine's usual state, when known (a
-    calibration taken again: `realexec.calibration.calibrate`); else the gate learns it."""
+    `reference`, `product_reference`: the speed and the product probe's seconds in the
+    machine's usual state, when known (a calibration taken again:
+    `realexec.calibration.calibrate`); else the gates learn them. The steps that price products
+    and convolutions wait for both probes (`realexec.calibration.steady.Gates`), the others for
+    the speed probe."""
     from tqdm.auto import tqdm
 
     raw: dict = {}
@@ -222,10 +226,12 @@ def _measure(workers: int, settings: Settings, progress: bool, engine: str = "na
     # each step in the machine's usual state, not in a slow spell; not for a quick calibration
     # (tiny sizes, no spread: the tests' and `--quick`'s), which prices nothing for real
     gate = Gate(reference) if s.spread else None
+    both = Gates.of_products(gate, product_reference) if gate else None
     step = gate.run if gate else at_once
+    blas = both.run if gate else at_once
     if gate and reference is None:  # the usual state learnt before the first step
         for _ in range(LEARN_LOOKS):
-            gate.look()
+            both.look()
             busy(LOOK_PAUSE)
     if s.llc_elements:
         bar.set_postfix_str("last-level cache")
@@ -237,7 +243,7 @@ def _measure(workers: int, settings: Settings, progress: bool, engine: str = "na
         raw["forget"] = step(caches.forgetting, s.forget_elements, s.forget_idles,
                              s.forget_rounds)
     if s.place_elements and workers > 1:
-        raw["places"] = step(places.other_core, s.place_elements, s.place_product,
+        raw["places"] = blas(places.other_core, s.place_elements, s.place_product,
                              s.place_rounds)
     bar.set_postfix_str("fresh engines")
     raw["fresh"] = step(microbench_host.fresh, workers, s.blocker_sizes, s.fresh_rounds,
@@ -270,17 +276,18 @@ def _measure(workers: int, settings: Settings, progress: bool, engine: str = "na
         fits = raw["kernels"] = {}
         for name, logged, make, sizes in kernels(nd, s):
             bar.set_postfix_str(name)
-            times = step(microbench.kernel_times, bench, make, sizes, s.repeats, logged,
-                         s.sweeps, s.spread)
+            times = (blas if name == "dot" else step)(
+                microbench.kernel_times, bench, make, sizes, s.repeats, logged, s.sweeps,
+                s.spread)
             fits[name] = {"sizes": list(sizes), "seconds": times}
             bar.update()
         bar.set_postfix_str("training ops")
         calls = training.cases(nd, s.op_sizes, s.conv_shapes, s.dot_shapes, s.layer_products)
         # gated sweep by sweep: the step takes a minute, in which spells come and go
         raw["ops"] = training.kernel_times(bench, calls, s.repeats, s.sweeps, s.spread,
-                                           take=step)
+                                           take=blas)
         del calls
-        raw["graph_step"] = step(training.graph_step, bench, s.graph_repeats)
+        raw["graph_step"] = blas(training.graph_step, bench, s.graph_repeats)
         raw["op_issue"] = step(issuing.issue_times, bench, max(1, s.issue_ops // 3), s.loops,
                                s.spread / 4)
         raw["phases"] = step(issuing.phase_times, bench, max(1, s.issue_ops // 15), s.loops,
@@ -292,7 +299,7 @@ def _measure(workers: int, settings: Settings, progress: bool, engine: str = "na
                             s.spread / 4)
         raw["reclaim"] = step(frees.reclaim, bench, s.issue_ops, s.loops, s.spread / 4)
         raw["take"] = step(frees.take, bench, s.issue_ops, s.loops, s.spread / 4)
-        raw["after_gemm"] = step(aftergemm.after_gemm, bench, 4 * s.repeats, s.sweeps)
+        raw["after_gemm"] = blas(aftergemm.after_gemm, bench, 4 * s.repeats, s.sweeps)
         bar.update()
         bar.set_postfix_str("round trip")
         raw["roundtrip_late"] = step(microbench.roundtrip, bench, s.roundtrips, s.loops,
@@ -302,13 +309,14 @@ def _measure(workers: int, settings: Settings, progress: bool, engine: str = "na
         raw["frees_late"] = late["frees"]
         bar.update()
         bar.set_postfix_str("concurrency")
-        raw["concurrency"] = _concurrency(bench, s, step) if workers > 1 else {}
+        raw["concurrency"] = _concurrency(bench, s, step, blas) if workers > 1 else {}
         bar.update()
     if engine == "native-light":
         bar.set_postfix_str("light results")
         raw["light"] = step(light.light_prices, workers, s.issue_ops, s.loops, s.spread / 4)
     if gate:
-        raw["gate"] = gate.summary()
+        raw["gate"] = {**gate.summary(), "behind": both.behind(),
+                       "products": both.gates[1].summary()}
     probes.append(speed_probe())
     products.append(product_probe())
     raw["speed_probe"], raw["product_probe"] = probes, products
@@ -316,11 +324,12 @@ def _measure(workers: int, settings: Settings, progress: bool, engine: str = "na
     return raw
 
 
-def _concurrency(bench, s: Settings, step=at_once) -> dict:
+def _concurrency(bench, s: Settings, step=at_once, blas=at_once) -> dict:
     """Memory-bound ops (two sizes), a sampler, a product and every convolution geometry of
     `conv_shapes`, one at a time and W at once; the frontend's issue period with workers asleep
-    and with all of them running. `step` takes the first and the last as one step each, the
-    convolutions round by round (`training.crowding`)."""
+    and with all of them running. `step` takes the last as one step, `blas` (a step gated on
+    the product probe too) the first, and the convolutions round by round
+    (`training.crowding`)."""
     nd = bench.nd
     xs = [nd.random.uniform(shape=(n,)) for n in s.crowd_sizes]
     m = nd.random.uniform(0, 1 / 256, shape=(256, 256))
@@ -336,11 +345,11 @@ def _concurrency(bench, s: Settings, step=at_once) -> dict:
             out[label] = {"alone": alone, "together": together}
         return out
 
-    out = step(pairs)
+    out = blas(pairs)
     # convolutions two at once: their im2col and col2im copies share the memory system, more so
     # the larger the images (a 64-channel 28x28 layer's gradients slow by a quarter, a 4x4 one's
     # not at all)
-    out.update(training.crowding(bench, s.conv_shapes, take=step))
+    out.update(training.crowding(bench, s.conv_shapes, take=blas))
     alone_period, busy_period = step(microbench_host.busy_frontend, bench, s.issue_ops // 2,
                                      s.loops, 40 * s.issue_ops)
     out["frontend"] = {"alone": alone_period, "busy": busy_period}

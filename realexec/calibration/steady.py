@@ -205,17 +205,16 @@ class Gate:
         self.slow += not ok
         return ok
 
+    def begin(self) -> None:
+        """Wait for the usual state and note the look a take starts from (for `behind`)."""
+        ratio = self.wait()
+        if ratio == ratio:  # (NaN: no look, patience < 1)
+            self.starts.append(self._last)
+
     def run(self, fn, *args, retries: int = 2, **kwargs):
         """`fn(*args, **kwargs)` taken in the usual state: again when the look after it found a
         slow spell, at most `retries` more times (the last take is kept whatever it met)."""
-        for attempt in range(retries + 1):
-            ratio = self.wait()
-            if ratio == ratio:  # (NaN: no look, patience < 1)
-                self.starts.append(self._last)
-            out = fn(*args, **kwargs)
-            if self.holds() or attempt == retries:
-                return out
-        return None  # retries < 0
+        return _take(self, fn, args, kwargs, retries)
 
     def behind(self) -> int:
         """How many takes started in a state over `SLOW` of the fastest look seen since: taken
@@ -225,6 +224,69 @@ class Gate:
     def summary(self) -> dict:
         return {"fastest": self.fastest, "slow": self.slow, "waited": self.waited,
                 "moved": self.moved, "behind": self.behind()}
+
+
+def _take(gate, fn, args, kwargs, retries: int):
+    """`Gate.run` and `Gates.run`: begin, take, look after; again while a spell began."""
+    for attempt in range(retries + 1):
+        gate.begin()
+        out = fn(*args, **kwargs)
+        if gate.holds() or attempt == retries:
+            return out
+    return None  # retries < 0
+
+
+class Gates:
+    """Gates on several probes taken as one: a step begins once each probe reads its usual
+    state, and is taken again when any of them finds a spell right after it.
+
+    The speed probe does not see every slow state. On the 2-core AMD VM calibrations priced
+    every convolution and product 1.2-1.45x their usual time for minutes (LeNet's second layer
+    at 27.7-29.7 GFLOP/s against 39-43, the square products at 80-84 GFLOP/s against 97-104,
+    in four of 22 calibrations) while the gate's speed probe passed each step and read as
+    usual: the sampler and the add are memory-bound, the products and convolutions BLAS's
+    compute. So the steps that price them are gated on `product_probe` too
+    (`Gates.of_products`)."""
+
+    def __init__(self, *gates: Gate):
+        self.gates = gates
+
+    @classmethod
+    def of_products(cls, speed: Gate, reference: float | None = None,
+                    patience: int = 120) -> Gates:
+        """`speed` and a gate on `product_probe` (`reference`: its seconds in the usual state,
+        None to learn it)."""
+        return cls(speed, Gate(reference, probe=product_probe, patience=patience))
+
+    @classmethod
+    def of(cls, profile, patience: int = 120) -> Gates:
+        """The speed and the product probe's gates in the state `profile` was calibrated in
+        (`Gate.of`; a profile without product probes: the products' usual state learnt)."""
+        products = profile.meta.get("measurements", {}).get("product_probe")
+        return cls.of_products(Gate.of(profile, patience),
+                               min(products) if products else None, patience)
+
+    def look(self) -> float:
+        """One look with each probe: the largest ratio."""
+        return max(gate.look() for gate in self.gates)
+
+    def wait(self) -> float:
+        """Each gate's wait in turn; the largest ratio of their last looks."""
+        return max(gate.wait() for gate in self.gates)
+
+    def begin(self) -> None:
+        for gate in self.gates:
+            gate.begin()
+
+    def holds(self) -> bool:
+        return all([gate.holds() for gate in self.gates])  # every gate looks (and counts)
+
+    def run(self, fn, *args, retries: int = 2, **kwargs):
+        """`Gate.run` with every probe."""
+        return _take(self, fn, args, kwargs, retries)
+
+    def behind(self) -> int:
+        return max(gate.behind() for gate in self.gates)
 
 
 class BackgroundLoad:
