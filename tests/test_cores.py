@@ -1,5 +1,6 @@
 """Cores shared by the threads that want them (asyncsim.model.cores): processor sharing, exact
-against its closed form, conserving work for any arrivals, and free when nobody waits."""
+against its closed form, conserving work for any arrivals, free when nobody waits, and the
+frontend's core its own while it issues."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def _run(count: int, jobs, frontend: bool = False) -> list[float]:
     env = simpy.Environment()
     cores = Cores(env, count)
     if not frontend:
-        cores.leave()
+        cores.leave(front=True)
     done = [0.0] * len(jobs)
 
     def job(k, arrival, work):
@@ -75,7 +76,7 @@ def test_the_frontend_is_runnable_from_the_start_and_a_share_that_holds_costs_no
     assert _run(1, [(0.0, 1e-3)], frontend=True) == pytest.approx([2e-3])
     env = simpy.Environment()
     cores = Cores(env, 2)
-    cores.leave()  # the frontend blocks: one thread at work, below
+    cores.leave(front=True)  # the frontend blocks: one thread at work, below
 
     def job():
         cores.join()
@@ -93,3 +94,50 @@ def test_the_frontend_is_runnable_from_the_start_and_a_share_that_holds_costs_no
     cores.join()
     env.run(until=7e-4)
     assert worker.target is not waiting and cores.share == pytest.approx(2 / 3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(1e-6, 1e-2), min_size=2, max_size=6), st.integers(2, 4),
+       st.floats(1e-6, 2e-2))
+def test_an_issuing_frontend_keeps_its_core_and_the_workers_share_the_others(work, count,
+                                                                           front_work):
+    """With the frontend issuing, workers started together share the other `count - 1` cores
+    by processor sharing, whatever the frontend does meanwhile, and the frontend's own work
+    runs at full speed (realexec's placement keeps workers off the pushing frontend's core);
+    once the frontend blocks, the workers have every core."""
+    env = simpy.Environment()
+    cores = Cores(env, count)
+    done = [0.0] * len(work)
+    front_done = []
+
+    def frontend():
+        yield from cores.work(front_work, front=True)
+        front_done.append(env.now)
+        yield env.timeout(1.0)  # still issuing (runnable) long after every worker is done
+
+    def job(k, seconds):
+        cores.join()
+        yield from cores.work(seconds)
+        cores.leave()
+        done[k] = env.now
+
+    env.process(frontend())
+    for k, seconds in enumerate(work):
+        env.process(job(k, seconds))
+    env.run(until=0.5)
+    assert front_done == pytest.approx([front_work], rel=1e-9)
+    expected, now, before = {}, 0.0, 0.0
+    for i, (k, w) in enumerate(sorted(enumerate(work), key=lambda kw: kw[1])):
+        now += (w - before) / min(1.0, (count - 1) / (len(work) - i))
+        before = w
+        expected[k] = now
+    assert done == pytest.approx([expected[k] for k in range(len(work))], rel=1e-9)
+
+    cores.leave(front=True)  # the frontend blocks: two workers on two cores, full speed
+    assert cores.share == 1.0 if count >= 2 else True
+    for _ in range(count + 1):
+        cores.join()
+    assert cores.share == pytest.approx(count / (count + 1))
+    cores.join(front=True)
+    assert cores.share_of(True) == 1.0
+    assert cores.share == pytest.approx((count - 1) / (count + 1))

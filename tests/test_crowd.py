@@ -25,7 +25,7 @@ def _run(kernels, dram_crowd=0.0, cores=None):
     env = simpy.Environment()
     shared = Cores(env, cores) if cores else None
     if shared is not None:
-        shared.leave()  # no frontend here
+        shared.leave(front=True)  # no frontend here
     crowd = Crowd(env, dram_crowd, shared)
     out = [None] * len(kernels)
 

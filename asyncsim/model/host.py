@@ -92,8 +92,10 @@ class Host:
         workers = profile.workers if workers is None else workers
         crowded = profile.cores < workers + 1 and not sync
         self.cores = Cores(env, profile.cores) if crowded else None
-        # generator: seconds of a runnable thread's work, at its share of the cores
+        # generators: seconds of a runnable worker's work, and of the frontend's, at their share
+        # of the cores
         self.spend = self.cores.work if crowded else partial(elapse, env)
+        self.front_spend = partial(self.cores.work, front=True) if crowded else self.spend
         self.crowd = Crowd(env, self.dram_crowd, self.cores)  # the crowding kernels running
         self.spin = profile.spin
         self.waiting = False  # the frontend is blocked (and holds no core)
@@ -151,7 +153,7 @@ class Host:
         self.waiting = True
         self.blocked = event
         if self.cores is not None:
-            self.cores.leave()
+            self.cores.leave(front=True)
         if self.spin:
             self.env.timeout(self.spin).callbacks.append(lambda _: self._sleep(event))
         else:
@@ -167,14 +169,14 @@ class Host:
         if not self.waiting:
             return
         if self.cores is not None:
-            self.cores.join()
+            self.cores.join(front=True)
         self.spinning = not self.asleep
         self.waiting = self.asleep = False
 
     def frontend_done(self) -> None:
         if self.cores is not None and not self.waiting:
             self.waiting = True
-            self.cores.leave()
+            self.cores.leave(front=True)
 
     def frontend_blocked(self) -> bool:
         """The frontend waits in a blocker: each op a worker finishes tests the blocker's
@@ -258,14 +260,15 @@ class Host:
             if after:
                 yield from spend(after)
 
-    def unscheduled(self, event):
-        """Generator: a runnable thread waits for `event` (the GIL), off the cores meanwhile."""
+    def unscheduled(self, event, front: bool = False):
+        """Generator: a runnable thread (a worker, or the frontend) waits for `event` (the
+        GIL), off the cores meanwhile."""
         if self.cores is None:
             yield event
             return
-        self.cores.leave()
+        self.cores.leave(front)
         yield event
-        self.cores.join()
+        self.cores.join(front)
 
     def _compiled(self, lane: str, position: int, latency: float, by_bytes: float,
                   by_flops: float, crowd: float, from_dram: float):

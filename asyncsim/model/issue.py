@@ -78,7 +78,7 @@ class FrontendProcess:
     def _frontend(self):
         env, spans, profile, gil, host = self.env, self.spans, self.profile, self.gil, self.host
         timeout = env.timeout
-        spend = host.spend if host is not None else partial(elapse, env)
+        spend = host.front_spend if host is not None else partial(elapse, env)
         seen = set()  # the blocker kinds already run: a later one of a kind is priced `again`
         for ins in self.program.instrs:
             kind = type(ins)
@@ -283,7 +283,7 @@ class FrontendProcess:
         held = self.gil.take(FRONTEND, self.host.spinning)
         self.host.spinning = False
         if held is not None:
-            yield from self.host.unscheduled(held)
+            yield from self.host.unscheduled(held, front=True)
 
     def _push(self, op: Op, queue) -> int:
         position = len(self.ops) - 1

@@ -126,7 +126,11 @@ FULL = Settings(sizes=(2**10, 2**13, 2**16, 2**18, 2**20, 2**21, 2**22, 2**23),
                                                         (batch, 512, 2048, "tb"),
                                                         (batch, 2048, 512, "tb"),
                                                         (512, batch, 2048, "ta"),
-                                                        (2048, batch, 512, "ta"))),
+                                                        (2048, batch, 512, "ta")))
+                # and 8.1.2's (512-256-128-2, one example a call: `hybridize_mlp`), whose
+                # products by a transposed weight ran 1.17-1.27x the price of the (1, n) by
+                # (n, n) products that stood for them (`benchmarks/breakdown.py hybridize_mlp`)
+                + ((1, 512, 256, "tb"), (1, 256, 128, "tb"), (1, 128, 2, "tb")),
                 graph_repeats=100,
                 # 8 MB buffers, 0-512 MB gone through between two touches of one: past the
                 # last cache of the machines seen (warm to cold between 67 and 270 MB here)
@@ -197,7 +201,7 @@ def kernels(nd, settings, ctx=None) -> list[tuple]:
     ]
 
 
-# looks of the speed probe before the first step, a quarter second apart: the fastest of them is
+# looks of the probes before the first step, a quarter second apart: the fastest of them is
 # the usual state the steps wait for (a spell of seconds, not a slow phase of minutes: see
 # `Gate.behind`)
 LEARN_LOOKS = 8

@@ -240,12 +240,13 @@ class Gates:
     """Gates on several probes taken as one: a step begins once each probe reads its usual
     state, and is taken again when any of them finds a spell right after it.
 
-    The speed probe does not see every slow state. On the 2-core AMD VM calibrations priced
-    every convolution and product 1.2-1.45x their usual time for minutes (LeNet's second layer
-    at 27.7-29.7 GFLOP/s against 39-43, the square products at 80-84 GFLOP/s against 97-104,
-    in four of 22 calibrations) while the gate's speed probe passed each step and read as
-    usual: the sampler and the add are memory-bound, the products and convolutions BLAS's
-    compute. So the steps that price them are gated on `product_probe` too
+    The speed probe does not see every slow state. On the 2-core AMD VM six of 22 calibrations
+    priced the square products at 75-84 GFLOP/s against 91-104 in the others, five of them
+    LeNet's second convolution at 28-32 GFLOP/s against 35-43, for minutes, while the gate's
+    speed probe passed each step as usual: the sampler and the add are memory-bound, products
+    and convolutions (BLAS underneath) compute-bound. The product probes taken as those
+    calibrations began and ended read as usual too, so the state came and went inside them.
+    So the steps that price products and convolutions are gated on `product_probe` as well
     (`Gates.of_products`)."""
 
     def __init__(self, *gates: Gate):
