@@ -32,8 +32,8 @@ holds it while it runs; a worker for an op's latency, again when its kernel retu
 `gil` after the op; hand-overs cost a wake-up, a waiter forces one after `profile.switch`),
 buffers released by the worker that finishes their last op (`profile.release`), a frontend
 waiting in a blocker whose condition each finished op tests (`profile.recheck`), cores shared
-by the frontend and the workers that want them (`asyncsim.model.cores`), and memory-bound
-kernels crowding each other (`Cost.crowd`).
+by the workers that want them, the issuing frontend keeping its own (`asyncsim.model.cores`),
+and memory-bound kernels crowding each other (`Cost.crowd`).
 
 The last-level cache (`asyncsim.model.caches`, only with `profile.dram` > 0): an op's buffers that
 have fallen out of it cost main memory's speed. The run predicted then follows a warm-up run of
