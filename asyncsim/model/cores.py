@@ -50,10 +50,6 @@ class Cores:
         self.workers = 0  # runnable workers
         self.working: set = set()  # the processes inside `work` now
 
-    @property
-    def runnable(self) -> int:
-        return self.front + self.workers
-
     def share_of(self, front: bool) -> float:
         """The fraction of a core the frontend (`front`) or each runnable worker gets now."""
         runnable = self.front + self.workers
