@@ -28,7 +28,7 @@ and run on the real engine, side by side.
 4. with `--collections N`, steps 1-3 N times, each calibrating again, and each scenario's error
    over them: its median, and the range the machine's moments give it. Each calibration that
    `--force` or a later collection asks for runs in a process of its own, as a user's first
-   `calibrate()` does, and this process loads the profile it cached: in two runs of every
+   `calibrate()` does, and this process loads the profile it saved: in two runs of every
    scenario, the third collection's calibration, made in the process that had measured the
    first two, priced the frontend 40% dearer (t1 7.5 and 7.6 us against 5.2-5.8) while the runs
    it was compared with were not slower (not pinned down: the CNN scenarios alone, or the memory
@@ -215,11 +215,18 @@ def collect(args, force: bool) -> list:
     runs retaken, blas speed)]."""
     start = time.perf_counter()
     if force:  # in a fresh process (see the module docstring); this one loads its profile
+        # from where that process saves it (one measured in a slow phase is not cached)
+        made = kept_dir() / "made.json"  # not a kept profile: those are named profile-*
+        made.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run([sys.executable, "-c", "from realexec.calibration.calibrate import "
                         f"calibrate; calibrate(workers={args.workers!r}, force=True, "
-                        f"progress={sys.stderr.isatty()!r}, engine={args.engine!r})"],
-                       check=True)
-    profile = calibrate(workers=args.workers, progress=sys.stderr.isatty(), engine=args.engine)
+                        f"progress={sys.stderr.isatty()!r}, engine={args.engine!r})"
+                        f".save({str(made)!r})"], check=True)
+        profile = asyncsim.Profile.load(made)
+        made.unlink()
+    else:
+        profile = calibrate(workers=args.workers, progress=sys.stderr.isatty(),
+                            engine=args.engine)
     keep(profile)
     workers = profile.workers
     us = {k: f"{getattr(profile, k) * 1e6:.1f} us" for k in
@@ -255,7 +262,15 @@ def collect(args, force: bool) -> list:
                  f"showed its usual speed" if spells.get("retaken") else "")
               + (f"; the products' probe found {spells['products']['slow']} spell(s) after a "
                  f"step and waited {spells['products']['waited']} look(s)"
-                 if "products" in spells else ""))
+                 if "products" in spells else "")
+              + (f"; the issue probe's {spells['issues']['slow']} and "
+                 f"{spells['issues']['waited']}" if "issues" in spells else ""))
+    judged = measured.get("usual")
+    if judged:
+        print(f"  its fastest probes against this machine's usual state (the median of its last "
+              f"{judged['calibrations']} calibrations): "
+              + ", ".join(f"{p} {judged[p]:.2f}x" for p in ("speed", "products", "issues")
+                          if p in judged))
     gate = Gates.of(profile)  # runs in the state the calibration saw, its products' too
     sizes = QUICK_SIZES if args.quick else SIZES
     names = args.only or scenarios.names("cpu")

@@ -215,32 +215,41 @@ def test_each_sweep_and_each_crowding_round_is_taken_on_its_own():
 
 
 @pytest.mark.filterwarnings("ignore:calibrate. other processes:UserWarning")  # as above
-def test_the_steps_that_price_products_wait_for_the_product_probe_too(monkeypatch):
-    """A gated calibration takes every step that prices BLAS (products, convolutions, a graph
-    of them, what runs after them, the places of a product's operands, their crowding) through
-    `Gates` (the speed and the product probe), and the rest through the speed probe's `Gate`
-    alone. The gates' runs are replaced by calls that note the kind, so nothing waits."""
+def test_every_step_waits_for_its_probes(monkeypatch):
+    """A gated calibration takes every step through `Gates` over the speed probe; the steps
+    taken on the engine's session through the issue probe too (the interpreter's state); those
+    that price BLAS (products, convolutions, a graph of them, what runs after them, the places
+    of a product's operands, their crowding) through the product probe too. The gates' runs are
+    replaced by calls that note which probes gate them, so nothing waits."""
     from realexec.calibration import measure
 
     gated: dict[str, set] = {}
 
-    def run_as(kind):
-        def run(self, fn, *args, retries=2, **kwargs):
-            gated.setdefault(fn.__qualname__, set()).add(kind)
-            return fn(*args, **kwargs)
-        return run
+    def probes(gate):
+        return "issue" if gate.probe.__qualname__.startswith("issue_probe") else {
+            steady.speed_probe: "speed", steady.product_probe: "product"}[gate.probe]
 
-    monkeypatch.setattr(steady.Gate, "run", run_as("speed"))
-    monkeypatch.setattr(steady.Gates, "run", run_as("both"))
+    def run(self, fn, *args, retries=2, **kwargs):
+        kind = "+".join(sorted(probes(g) for g in getattr(self, "gates", (self,))))
+        gated.setdefault(fn.__qualname__, set()).add(kind)
+        return fn(*args, **kwargs)
+
+    monkeypatch.setattr(steady.Gate, "run", run)
+    monkeypatch.setattr(steady.Gates, "run", run)
     raw = measure._measure(2, dataclasses.replace(cal.QUICK, spread=1e-4), progress=False,
-                           reference=1.0, product_reference=1.0)
-    blas = {"kernel_times.<locals>.sweep", "graph_step", "after_gemm", "other_core",
+                           reference=1.0, product_reference=1.0, issue_reference=1.0)
+    blas = {"kernel_times.<locals>.sweep", "graph_step", "after_gemm",
             "_concurrency.<locals>.pairs", "crowding.<locals>.<lambda>"}
-    assert {name for name, kinds in gated.items() if "both" in kinds} == blas | {"kernel_times"}
-    assert gated["kernel_times"] == {"speed", "both"}  # the dot sweep, and the others
-    assert {"frontend", "roundtrip", "blockers", "fresh"} <= {
-        name for name, kinds in gated.items() if kinds == {"speed"}}
-    assert set(raw["gate"]["products"]) == {"fastest", "slow", "waited", "moved", "behind"}
+    kinds = {name: kinds for name, kinds in gated.items()}
+    assert {name for name, k in kinds.items() if k == {"issue+product+speed"}} == blas
+    assert kinds["kernel_times"] == {"issue+speed", "issue+product+speed"}  # dot, the others
+    assert kinds["other_core"] == {"product+speed"}  # before the session
+    assert {"frontend", "roundtrip", "blockers", "phase_times", "mixed_issue"} <= {
+        name for name, k in kinds.items() if k == {"issue+speed"}}
+    assert kinds["fresh"] == {"speed"}  # engines of its own, before the session
+    for name in ("products", "issues"):
+        assert set(raw["gate"][name]) == {"fastest", "slow", "waited", "moved", "behind"}
+    assert len(raw["issue_probe"]) == 2 and all(0 < s < 1e-3 for s in raw["issue_probe"])
 
 
 def test_the_round_trips_t3_is_what_the_blocker_adds_once_its_wait_is_over():
@@ -561,19 +570,20 @@ def test_a_calibration_whose_steps_ran_behind_the_usual_state_is_taken_again(mon
                                                                               quick_profile):
     """When the gate saw the machine's usual speed only after some steps had passed against a
     slower one (`Gate.behind`), calibration measures again, once, waiting for the fastest
-    state it saw; the profile keeps the second take and says how many steps were behind."""
+    state each of its probes saw; the profile keeps the second take and says how many steps
+    were behind."""
     raw = dict(quick_profile.meta["measurements"])
     takes = []
 
     def measure(*args):
         takes.append(args)
         gate = {"fastest": 0.01, "slow": 0, "waited": 0, "behind": 3 if len(takes) == 1 else 0,
-                "products": {"fastest": 0.003}}
+                "products": {"fastest": 0.003}, "issues": {"fastest": 2e-6}}
         return json.loads(json.dumps({**raw, "gate": gate, "speed_probe": [0.02 * len(takes)]}))
 
     monkeypatch.setattr(cal, "_measure", measure)
     profile = cal.calibrate(workers=1, quick=True, cache=False, progress=False, gpu=False)
-    assert len(takes) == 2 and takes[1][-2:] == (0.01, 0.003) and len(takes[0]) == 4
+    assert len(takes) == 2 and takes[1][-3:] == (0.01, 0.003, 2e-6) and len(takes[0]) == 4
     measured = profile.meta["measurements"]
     assert measured["speed_probe"] == [0.04] and measured["gate"]["retaken"] == 3
 

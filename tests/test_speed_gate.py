@@ -146,6 +146,25 @@ def test_the_product_probe_grows_with_the_product_and_leaves_the_blas_limit_as_i
     assert after == before
 
 
+def test_the_issue_probe_times_an_issue_with_the_workers_held_and_leaves_nothing_behind():
+    """`microbench.issue_probe` prices one `x + 1.0` as the frontend issues it (microseconds,
+    a longer loop no dearer per op) and leaves the engine idle, its pool as it was."""
+    import realexec
+    from realexec.calibration import microbench
+
+    with realexec.session(workers=2) as nd:
+        bench = microbench._Bench(nd, 2)
+        short, long = microbench.issue_probe(bench, 50), microbench.issue_probe(bench, 400)
+        short(), long()  # the pool's buffers for both sizes of loop
+        nd.waitall()
+        live = nd._backend.pools["cpu"].live_bytes
+        seconds = [short(), long()]
+        assert all(1e-7 < s < 1e-3 for s in seconds)
+        assert seconds[1] < 3 * seconds[0]  # per op, not per loop
+        nd.waitall()
+        assert nd._backend.pools["cpu"].live_bytes == live
+
+
 def test_steps_taken_before_the_usual_state_showed_are_counted_behind():
     """A gate that starts in a slow phase passes its first steps against the slow speed it has
     seen; once the machine shows its usual speed, those steps are `behind` (calibration takes

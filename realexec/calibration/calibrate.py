@@ -93,10 +93,13 @@ costs: the "gpu:" kernel costs, the host-device links, `gpu_issue` and `gpu_wait
 None of this runs a scenario of `asyncsim.lab.scenarios`: they are what the profile predicts.
 Results are cached as JSON under $XDG_CACHE_HOME/asyncsim (default ~/.cache/asyncsim), keyed by
 machine, package versions, the measured code (realexec, the frontend), workers and settings: a
-second call loads the file; `force=True` measures again. `quick=True` uses small sizes and few
-repeats (seconds; for tests and CI). Python's garbage collector is paused while measuring. A
-full calibration first keeps every core busy for a second and spreads its rounds over seconds with
-busy pauses (`realexec.calibration.steady`: idle cores of a virtual machine run slower for a while).
+second call loads the file; `force=True` measures again. A full calibration that ran slower than
+the machine's usual state (the median of its last calibrations, `realexec.calibration.usual`)
+warns, and is used by the process that measured it but not cached. `quick=True` uses small
+sizes and few repeats (seconds; for tests and CI). Python's garbage collector is paused while
+measuring. A full calibration first keeps every core busy for a second and spreads its rounds
+over seconds with busy pauses (`realexec.calibration.steady`: idle cores of a virtual machine
+run slower for a while).
 Units: seconds, bytes, bytes per second, flops per second.
 """
 
@@ -121,7 +124,7 @@ from asyncsim.model.issue import DROP_BATCH
 from asyncsim.model.prices import mix_factor
 from asyncsim.model.profile import Cost, Profile, ProfileError
 from asyncsim.nd.ops import OPS
-from realexec.calibration import caches, fits, issuing, microbench
+from realexec.calibration import caches, fits, issuing, microbench, usual
 from realexec.calibration.fits import (
     blocker_costs,
     fit,
@@ -339,8 +342,12 @@ def cache_path(workers: int, quick: bool, gpu: bool = False,
                       asdict(settings), _gpu_name() if gpu else None]
                      + ([engine] if engine != "native" else []), sort_keys=True)
     digest = hashlib.sha1(key.encode()).hexdigest()[:12]
-    host = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in platform.node()) or "here"
-    return cache_dir() / f"profile-{host}-w{workers}{'-quick' if quick else ''}-{digest}.json"
+    return cache_dir() / f"profile-{_host()}-w{workers}{'-quick' if quick else ''}-{digest}.json"
+
+
+def _host() -> str:
+    """This machine's name as a file name's part."""
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in platform.node()) or "here"
 
 
 def _real_gpu() -> bool:
@@ -384,6 +391,8 @@ def calibrate(workers: int | None = None, quick: bool = False, cache: bool = Tru
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     path = cache_path(workers, quick, gpu, engine)
+    if cache and not force and path in _UNCACHED:
+        return _UNCACHED[path]
     if cache and not force and path.exists():
         with contextlib.suppress(ProfileError, OSError, ValueError, KeyError):
             return Profile.load(path)
@@ -398,7 +407,7 @@ def calibrate(workers: int | None = None, quick: bool = False, cache: bool = Tru
             # waiting for it (`realexec.calibration.steady.Gate.behind`)
             gates = raw["gate"]
             raw = _measure(workers, settings, progress, engine, gates["fastest"],
-                           gates["products"]["fastest"])
+                           gates["products"]["fastest"], gates["issues"]["fastest"])
             raw["gate"]["retaken"] = behind
     finally:
         if enabled:
@@ -409,6 +418,17 @@ def calibrate(workers: int | None = None, quick: bool = False, cache: bool = Tru
         warnings.warn(f"calibrate: other processes kept {busy:.2f} cores busy while measuring; "
                       f"the profile may be off (calibrate(force=True) on a quiet machine)",
                       stacklevel=2)
+    kept = cache_dir() / f"usual-{_host()}.json"  # this machine's usual state
+    raw["usual"] = judged = usual.judge(raw, usual.load(kept))
+    slow = usual.slow(judged)
+    if cache:
+        usual.record(kept, raw)
+    if slow and cache:  # a slow phase held through the whole calibration, which its gates
+        cache = False  # could not see: used by this process, not by later ones
+        warnings.warn("calibrate: measured while the machine ran slower than usual ("
+                      + ", ".join(f"{p} probe {judged[p]:.2f}x" for p in slow)
+                      + f" of the median of its last {judged['calibrations']} calibrations); "
+                      "the profile is used but not cached", stacklevel=2)
     meta = {"source": "realexec.calibrate microbenchmarks", "machine": machine(),
             "platform": platform.platform(), "hostname": platform.node(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -423,7 +443,12 @@ def calibrate(workers: int | None = None, quick: bool = False, cache: bool = Tru
     if cache:
         path.parent.mkdir(parents=True, exist_ok=True)
         profile.save(path)
+    elif slow:
+        _UNCACHED[path] = profile
     return profile
+
+
+_UNCACHED: dict = {}  # cache path -> a profile measured in a slow phase: this process's only
 
 
 __all__ = ["BackgroundLoad", "FULL", "QUICK", "Settings", "cache_dir", "cache_path", "calibrate",

@@ -208,15 +208,17 @@ LEARN_LOOKS = 8
 
 
 def _measure(workers: int, settings: Settings, progress: bool, engine: str = "native",
-             reference: float | None = None, product_reference: float | None = None) -> dict:
+             reference: float | None = None, product_reference: float | None = None,
+             issue_reference: float | None = None) -> dict:
     """Run every microbenchmark; everything measured (raw numbers, fitted by `_profile`). Every
     price but a light result's is the shipped engine's (`engine="native"`); on
     `engine="native-light"` the light results' prices too (`realexec.calibration.light`).
-    `reference`, `product_reference`: the speed and the product probe's seconds in the
-    machine's usual state, when known (a calibration taken again:
-    `realexec.calibration.calibrate`); else the gates learn them. The steps that price products
-    and convolutions wait for both probes (`realexec.calibration.steady.Gates`), the others for
-    the speed probe."""
+    `reference`, `product_reference`, `issue_reference`: the speed, the product and the issue
+    probe's seconds in the machine's usual state, when known (a calibration taken again:
+    `realexec.calibration.calibrate`); else the gates learn them. Every step waits for the
+    speed probe (`realexec.calibration.steady.Gates`); those that price products and
+    convolutions for the product probe too; those taken on the engine's session for the issue
+    probe too (`microbench.issue_probe`: the interpreter's state, which prices the frontend)."""
     from tqdm.auto import tqdm
 
     raw: dict = {}
@@ -255,6 +257,14 @@ def _measure(workers: int, settings: Settings, progress: bool, engine: str = "na
     bar.update()
     with session(workers=workers, engine="native") as nd:
         bench = microbench._Bench(nd, workers)
+        if gate:  # on the session: the issue probe's gate joins every step's
+            interp = Gate(issue_reference, probe=microbench.issue_probe(bench))
+            if issue_reference is None:
+                for _ in range(LEARN_LOOKS):
+                    interp.look()
+                    busy(LOOK_PAUSE)
+            step, blas = Gates(gate, interp).run, Gates(*both.gates, interp).run
+            issue_probes = [interp.probe()]
         bar.set_postfix_str("frontend")
         front = step(microbench.frontend, bench, s.issue_ops, s.loops, s.spread)
         raw["issue"], raw["free"], raw["frees"] = front["issue"], front["free"], front["frees"]
@@ -315,12 +325,16 @@ def _measure(workers: int, settings: Settings, progress: bool, engine: str = "na
         bar.set_postfix_str("concurrency")
         raw["concurrency"] = _concurrency(bench, s, step, blas) if workers > 1 else {}
         bar.update()
+        if gate:
+            raw["issue_probe"] = [*issue_probes, interp.probe()]
+            raw["gate"] = {"issues": interp.summary()}
+        step = gate.run if gate else at_once
     if engine == "native-light":
         bar.set_postfix_str("light results")
         raw["light"] = step(light.light_prices, workers, s.issue_ops, s.loops, s.spread / 4)
     if gate:
-        raw["gate"] = {**gate.summary(), "behind": both.behind(),
-                       "products": both.gates[1].summary()}
+        raw["gate"] = {**gate.summary(), "behind": max(both.behind(), interp.behind()),
+                       "products": both.gates[1].summary(), **raw["gate"]}
     probes.append(speed_probe())
     products.append(product_probe())
     raw["speed_probe"], raw["product_probe"] = probes, products

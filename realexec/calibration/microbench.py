@@ -129,6 +129,26 @@ def op_makers(nd) -> tuple[dict, tuple]:
     return makers, (x, m, row)
 
 
+def issue_probe(bench: _Bench, ops: int = 200, rounds: int = 3):
+    """A probe (no arguments, seconds) of the interpreter's speed of the moment, for a
+    `steady.Gate` over calibration's frontend steps: seconds per issued `x + 1.0` with every
+    worker held, as `frontend` prices t1, the median of `rounds` loops of `ops`.
+
+    `speed_probe` (memory-bound, compiled) misses the interpreter's slow states: calibrations
+    on the 2-core AMD EPYC VM priced t1 at 7.4-12.7 us against 4.8-5.5 in the others (8 of 27)
+    while their speed probes read within 1.16x of usual; looked at side by side for 150 s, the
+    issue's period and the speed probe's were slow in the same looks with correlation 0.57."""
+    x = bench.nd.ones((8,))
+    calls = [lambda: x + 1.0] * ops
+    hold_s = max(0.01, 60e-6 * ops)  # both loops behind the hold, at 5x the usual price
+
+    def probe() -> float:
+        periods = [bench.issue_period((x,), calls, hold_s, seed=k == 0) for k in range(rounds)]
+        return float(np.median(periods))
+
+    return probe
+
+
 def frontend(bench: _Bench, n: int, repeats: int, pause: float = 0.0) -> dict:
     """Seconds per issued op for each op kind (held workers), and per dropped last handle:
     "free", a small result whose op is done (the engine gives it back with a run of others);

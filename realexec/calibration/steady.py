@@ -247,7 +247,8 @@ class Gates:
     and convolutions (BLAS underneath) compute-bound. The product probes taken as those
     calibrations began and ended read as usual too, so the state came and went inside them.
     So the steps that price products and convolutions are gated on `product_probe` as well
-    (`Gates.of_products`)."""
+    (`Gates.of_products`), and the steps taken on calibration's engine on its issue probe
+    (the interpreter's state, which prices the frontend: `microbench.issue_probe`)."""
 
     def __init__(self, *gates: Gate):
         self.gates = gates
