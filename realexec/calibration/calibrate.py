@@ -376,6 +376,9 @@ def _take(raw: dict, t1: float) -> float:
     return take["take"] * min(1.0, t1 / take["pool"]) if take["pool"] > 0 else take["take"]
 
 
+_UNCACHED: dict = {}  # cache path -> a profile measured in a slow phase: this process's only
+
+
 def calibrate(workers: int | None = None, quick: bool = False, cache: bool = True,
               progress: bool = True, force: bool = False, gpu: bool | None = None,
               engine: str = "native-light") -> Profile:
@@ -423,12 +426,13 @@ def calibrate(workers: int | None = None, quick: bool = False, cache: bool = Tru
     slow = usual.slow(judged)
     if cache:
         usual.record(kept, raw)
-    if slow and cache:  # a slow phase held through the whole calibration, which its gates
-        cache = False  # could not see: used by this process, not by later ones
+    if slow:  # a slow phase held through the whole calibration, which its gates could not see
         warnings.warn("calibrate: measured while the machine ran slower than usual ("
                       + ", ".join(f"{p} probe {judged[p]:.2f}x" for p in slow)
-                      + f" of the median of its last {judged['calibrations']} calibrations); "
-                      "the profile is used but not cached", stacklevel=2)
+                      + f" of the median of its last {judged['calibrations']} calibrations)"
+                      + ("; the profile is used but not cached" if cache else ""), stacklevel=2)
+    here_only = bool(slow) and cache  # used by this process, not by later ones
+    cache = cache and not slow
     meta = {"source": "realexec.calibrate microbenchmarks", "machine": machine(),
             "platform": platform.platform(), "hostname": platform.node(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -443,12 +447,9 @@ def calibrate(workers: int | None = None, quick: bool = False, cache: bool = Tru
     if cache:
         path.parent.mkdir(parents=True, exist_ok=True)
         profile.save(path)
-    elif slow:
+    elif here_only:
         _UNCACHED[path] = profile
     return profile
-
-
-_UNCACHED: dict = {}  # cache path -> a profile measured in a slow phase: this process's only
 
 
 __all__ = ["BackgroundLoad", "FULL", "QUICK", "Settings", "cache_dir", "cache_path", "calibrate",
