@@ -326,15 +326,14 @@ def _measure(workers: int, settings: Settings, progress: bool, engine: str = "na
         raw["concurrency"] = _concurrency(bench, s, step, blas) if workers > 1 else {}
         bar.update()
         if gate:
-            raw["issue_probe"] = [*issue_probes, interp.probe()]
-            raw["gate"] = {"issues": interp.summary()}
+            raw["issue_probe"] = [*issue_probes, interp.probe()]  # while the session is open
         step = gate.run if gate else at_once
     if engine == "native-light":
         bar.set_postfix_str("light results")
         raw["light"] = step(light.light_prices, workers, s.issue_ops, s.loops, s.spread / 4)
     if gate:
         raw["gate"] = {**gate.summary(), "behind": max(both.behind(), interp.behind()),
-                       "products": both.gates[1].summary(), **raw["gate"]}
+                       "products": both.gates[1].summary(), "issues": interp.summary()}
     probes.append(speed_probe())
     products.append(product_probe())
     raw["speed_probe"], raw["product_probe"] = probes, products
